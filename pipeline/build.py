@@ -1,0 +1,223 @@
+"""The build: checkpoint -> torch.export (once) -> each target's stage -> gate -> atomic publish.
+
+This module never names a target: it is handed Target objects and drives them through the
+contract in `pipeline.target`.
+"""
+from __future__ import annotations
+
+import platform
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import manifest as manifest_mod
+from . import publish
+from .checkpoint import load_checkpoint
+from .errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError
+from .export import export_cached
+from .golden import GoldenSplit, build_golden_set, write_bundle
+from .model import OUTPUT_NAMES
+from .parity import parity_metrics
+from .target import BuildContext, Runner, Target, Variant
+
+
+@dataclass
+class VariantReport:
+    variant: Variant
+    status: str  # "verified" | "unverified" | "failed"
+    metrics: dict = field(default_factory=dict)
+    runtime: str | None = None
+    reason: str | None = None
+    checks: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StageResult:
+    target: Target
+    status: str  # "published" | "unverified" | "failed" | "skipped"
+    reason: str | None = None
+    staging: Path | None = None
+    variants: list[VariantReport] = field(default_factory=list)
+    seconds: float = 0.0
+    error: BaseException | None = None  # an unexpected exception, kept for --verbose
+
+    @property
+    def primary(self) -> VariantReport | None:
+        return next((r for r in self.variants if r.variant.primary), self.variants[0] if self.variants else None)
+
+    @property
+    def publishable(self) -> bool:
+        return self.status in ("published", "unverified")
+
+
+@dataclass
+class BuildResult:
+    stages: list[StageResult]
+    out: Path
+    exported_cache_hit: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status in ("published", "unverified", "skipped") for s in self.stages)
+
+
+def plan(requested: list[Target], registry: dict[str, Target]) -> list[Target]:
+    """Requested targets plus what they depend on, dependencies first; soft deps when installed."""
+    ordered: list[Target] = []
+
+    def visit(t: Target, trail: tuple = ()):
+        if t in ordered:
+            return
+        for dep in t.depends_on:
+            visit(registry[dep], trail + (t.name,))
+        for dep in t.uses:
+            if not registry[dep].missing_modules():
+                visit(registry[dep], trail + (t.name,))
+        ordered.append(t)
+
+    for t in requested:
+        visit(t)
+    return ordered
+
+
+def run_split(runner: Runner, split: GoldenSplit) -> dict[str, np.ndarray]:
+    """Run a split through a runner: the first sample alone (dynamic batch), the rest in chunks."""
+    parts: dict[str, list] = {n: [] for n in OUTPUT_NAMES}
+    bounds = [(0, 1)] + [(s, min(s + runner.max_batch, len(split))) for s in range(1, len(split), runner.max_batch)]
+    for start, stop in bounds:
+        out = runner.run(split.inputs(start, stop))
+        for name in OUTPUT_NAMES:
+            parts[name].append(np.asarray(out[name]))
+    return {n: np.concatenate(p) for n, p in parts.items()}
+
+
+def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> VariantReport:
+    checks = target.inspect(ctx, variant)
+    metrics = {"size_bytes": variant.bytes, **variant.metrics}
+    try:
+        runner = target.load(ctx, variant)
+    except HostCapabilityError as exc:
+        failures = variant.gate.failures(metrics) if "size_bytes" in variant.gate.maxima else []
+        status = "failed" if failures else "unverified"
+        return VariantReport(variant, status, metrics, None, exc.problem, checks, failures)
+    try:
+        heldout = ctx.golden.heldout
+        ctx.log(f"[{target.name}] {variant.name}: {len(heldout)} held-out samples in {runner.runtime}")
+        got = run_split(runner, heldout)
+    finally:
+        runner.close()
+    metrics.update(parity_metrics(heldout.expected, got, variant.gate.tie_tolerance))
+    failures = variant.gate.failures(metrics)
+    if failures:
+        status = "failed"
+    else:
+        status = "verified" if runner.authoritative else "unverified"
+    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures)
+
+
+def run_stage(target: Target, ctx: BuildContext) -> StageResult:
+    started = time.monotonic()
+    ctx.log(f"[{target.name}] building")
+    variants = target.build(ctx)
+    reports = [verify_variant(target, ctx, v) for v in variants]
+    result = StageResult(target, "published", staging=ctx.staging, variants=reports)
+    failed = [r for r in reports if r.status == "failed"]
+    if failed:
+        result.status = "failed"
+        result.reason = "; ".join(f"{r.variant.name}: {', '.join(r.failures)}" for r in failed)
+    elif any(r.status == "unverified" for r in reports):
+        result.status = "unverified"
+        result.reason = next(r.reason for r in reports if r.status == "unverified")
+    if result.publishable:
+        primary = result.primary.variant
+        write_bundle(ctx.golden.heldout, ctx.staging, primary.gate.to_dict(), topk_dtype=primary.topk_dtype)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run_build(
+    targets: list[Target],
+    registry: dict[str, Target],
+    checkpoint: Path,
+    out: Path,
+    log=print,
+    strict: bool = True,
+) -> BuildResult:
+    """Build, verify, gate and publish. strict: a missing extra is an error, not a skip."""
+    started = time.monotonic()
+    publish.prepare_out_dir(out)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with publish.build_lock(out, log):
+            return _build_locked(plan(targets, registry), checkpoint, out, log, strict, started)
+    except KeyboardInterrupt as exc:
+        raise BuildInterrupted(
+            f"build interrupted ({exc or 'SIGINT'}); nothing was published",
+            "the previously published artifacts are intact: run the build again",
+        ) from exc
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _build_locked(order, checkpoint, out, log, strict, started) -> BuildResult:
+    log(f"loading checkpoint {checkpoint}")
+    ckpt = load_checkpoint(checkpoint)
+    if ckpt.ignored_keys:
+        log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
+    program = export_cached(ckpt, out / ".cache" / "export")
+    log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
+    golden = build_golden_set(ckpt.model, ckpt.config)
+    run_dir = publish.new_staging(out)
+    stages: dict[str, StageResult] = {}
+    try:
+        for target in order:
+            stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict)
+        publishable = {n: s.staging for n, s in stages.items() if s.publishable}
+        if publishable:
+            previous = publish.read_manifest(out)
+            data = manifest_mod.merge(previous, ckpt, program, golden, list(stages.values()), out)
+            publish.publish(out, publishable, data)
+    finally:
+        publish.remove_tree(run_dir)
+    return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started)
+
+
+def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict) -> StageResult:
+    missing_dep = [d for d in target.depends_on if not stages.get(d) or not stages[d].publishable]
+    if missing_dep:
+        return StageResult(target, "skipped", f"needs {', '.join(missing_dep)}, which did not build")
+    try:
+        target.require()
+    except MissingExtraError as exc:
+        if strict:
+            raise
+        return StageResult(target, "skipped", exc.one_line())
+    staging = run_dir / target.name
+    staging.mkdir()
+    ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log)
+    try:
+        return run_stage(target, ctx)
+    except MissingExtraError as exc:
+        if strict:
+            raise
+        return StageResult(target, "skipped", exc.one_line())
+    except ArrcocError as exc:
+        return StageResult(target, "failed", exc.one_line(), staging)
+    except Exception as exc:  # a converter's own failure: report it, keep the other targets going
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        result = StageResult(target, "failed", f"{type(exc).__name__}: {first} (rerun with --verbose)", staging)
+        result.error = exc
+        return result
+
+
+def host_description() -> str:
+    return f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"

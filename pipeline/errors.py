@@ -1,0 +1,58 @@
+"""Typed errors. Each one carries the problem and the fix, printed as one line.
+
+The CLI prints `error: <problem> -> fix: <fix>` and exits non-zero; a traceback
+only appears with --verbose. Raise these instead of bare exceptions wherever a
+user can act on the cause.
+"""
+from __future__ import annotations
+
+
+class ArrcocError(Exception):
+    """Base class: `problem` says what went wrong, `fix` says what to do."""
+
+    kind = "error"
+    exit_code = 2
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+    def one_line(self) -> str:
+        return f"{self.kind}: {self.problem} -> fix: {self.fix}"
+
+
+class CheckpointError(ArrcocError):
+    kind = "checkpoint error"
+
+
+class ExportError(ArrcocError):
+    kind = "export error"
+
+
+class GateError(ArrcocError):
+    kind = "gate failed"
+    exit_code = 3
+
+
+class MissingExtraError(ArrcocError):
+    kind = "missing dependency"
+
+
+class HostCapabilityError(ArrcocError):
+    kind = "host capability"
+
+
+class OutputDirError(ArrcocError):
+    kind = "output error"
+
+
+class InputError(ArrcocError):
+    """Bad user input other than the checkpoint (images, calibration data, target names)."""
+
+    kind = "input error"
+
+
+class BuildInterrupted(ArrcocError):
+    kind = "interrupted"
+    exit_code = 130

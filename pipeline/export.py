@@ -1,0 +1,98 @@
+"""One torch.export per build, saved as a .pt2 and cached by content.
+
+The cache key covers everything that can change the program: the checkpoint bytes, the model
+config, the source of the model and of this module, and the torch version. An unchanged build
+reloads the .pt2 instead of exporting again. Each target gets a fresh copy of the program
+(`ExportedProgramFile.load`), because some lowerings (ExecuTorch) mutate what they are given.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.export import Dim
+
+from . import model as model_module
+from .checkpoint import LoadedCheckpoint, sha256_file
+from .errors import ExportError
+
+MAX_BATCH = 64
+# An example batch of 1 would specialise the batch dimension to a constant: use 2.
+_EXAMPLE_BATCH = 2
+
+
+@dataclass(frozen=True)
+class ExportedProgramFile:
+    path: Path
+    sha256: str
+    cache_key: str
+    cache_hit: bool
+
+    def load(self) -> torch.export.ExportedProgram:
+        """A fresh, independent copy of the program (lowerings may mutate it)."""
+        return torch.export.load(str(self.path))
+
+
+def export_key(ckpt: LoadedCheckpoint) -> str:
+    h = hashlib.sha256()
+    for part in (
+        ckpt.sha256,
+        ckpt.config.to_json(),
+        torch.__version__,
+        str(MAX_BATCH),
+        inspect.getsource(model_module),
+        inspect.getsource(export_program),
+    ):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def example_inputs(cfg: model_module.ModelConfig, batch: int = _EXAMPLE_BATCH, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    image = torch.rand(batch, 3, cfg.image_size, cfg.image_size, generator=gen)
+    query = torch.randn(batch, cfg.query_dim, generator=gen)
+    return image, query
+
+
+def export_program(model: torch.nn.Module, cfg: model_module.ModelConfig) -> torch.export.ExportedProgram:
+    batch = Dim("batch", min=1, max=MAX_BATCH)
+    with torch.no_grad():
+        return torch.export.export(
+            model,
+            example_inputs(cfg),
+            dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
+            strict=False,
+        )
+
+
+def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path) -> ExportedProgramFile:
+    """Return the .pt2 for this checkpoint, exporting only when the cache has none."""
+    key = export_key(ckpt)
+    path = cache_dir / f"{key}.pt2"
+    if path.is_file():
+        return ExportedProgramFile(path, sha256_file(path), key, cache_hit=True)
+    try:
+        program = export_program(ckpt.model, ckpt.config)
+    except Exception as exc:  # torch.export raises many unrelated types
+        raise ExportError(
+            f"torch.export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+            "run with --verbose for the trace; the model code must stay export-friendly",
+        ) from exc
+    # The example inputs are most of the file's size and are not needed to reload it.
+    program.example_inputs = None
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".pt2")
+    os.close(fd)
+    try:
+        torch.export.save(program, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return ExportedProgramFile(path, sha256_file(path), key, cache_hit=False)

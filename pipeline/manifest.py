@@ -1,0 +1,138 @@
+"""The manifest: what is published, how it was checked, and the hash chain that produced it.
+
+Keys other tools rely on (see docs): checkpoint, exported_program, toolchain, and per target
+status / reason / files / parity / size. A target that failed or was skipped in this build keeps
+its previously published entry; only a target that never published gets a failed/skipped entry.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import time
+from pathlib import Path
+
+from .checkpoint import sha256_file
+
+SCHEMA = "arrcoc-edge/manifest/1"
+_TOOLCHAIN = (
+    "torch", "onnx", "onnxscript", "onnxruntime", "numpy", "executorch", "coremltools",
+    "torchao", "tensorrt", "tensorrt-rtx-cu13-bindings", "playwright",
+)
+
+
+def toolchain_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in _TOOLCHAIN:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def file_entries(paths: list[Path], staging: Path, target: str) -> list[dict]:
+    """Files as they will be published: path relative to the out dir, bytes, sha256."""
+    out = []
+    for p in sorted(paths):
+        rel = Path(target) / p.relative_to(staging)
+        out.append({"path": rel.as_posix(), "bytes": p.stat().st_size, "sha256": sha256_file(p)})
+    return out
+
+
+def _parity(report) -> dict:
+    v = report.variant
+    return {
+        "metrics": report.metrics,
+        "gate": v.gate.to_dict(),
+        "passed": report.status != "failed" and not report.failures,
+        "measured": report.runtime is not None,
+        "runtime": report.runtime,
+    }
+
+
+def _variant_entry(report, staging: Path, target: str) -> dict:
+    v = report.variant
+    entry = {
+        "status": report.status,
+        "files": [Path(target, p.relative_to(staging)).as_posix() for p in v.files],
+        "parity": _parity(report),
+        "size": {"bytes": report.metrics.get("size_bytes"), "budget": v.size_budget},
+        "checks": report.checks,
+        "info": v.info,
+    }
+    if report.reason:
+        entry["reason"] = report.reason
+    return entry
+
+
+def target_entry(stage, ckpt, program, by_name: dict) -> dict:
+    name, staging = stage.target.name, stage.staging
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    primary = stage.primary
+    entry = {
+        "status": stage.status,
+        "summary": stage.target.summary,
+        "capability": stage.target.capability,
+        "files": file_entries(files, staging, name),
+        "parity": _parity(primary) if primary else None,
+        # model files vs their budgets; the golden bundle and extras are listed under files
+        "size": {
+            "bytes": sum(r.metrics.get("size_bytes", 0) for r in stage.variants),
+            "budget": sum(r.variant.size_budget for r in stage.variants),
+            "total_bytes": sum(p.stat().st_size for p in files),
+        },
+        "variants": {r.variant.name: _variant_entry(r, staging, name) for r in stage.variants},
+        "provenance": {
+            "checkpoint_sha256": ckpt.sha256,
+            "exported_program_sha256": program.sha256,
+            "upstream": {
+                dep: _primary_sha(by_name.get(dep))
+                for dep in (*stage.target.depends_on, *stage.target.uses)
+                if by_name.get(dep)
+            },
+        },
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(stage.seconds, 2),
+    }
+    if stage.reason:
+        entry["reason"] = stage.reason
+    if stage.target.notes:
+        entry["notes"] = stage.target.notes
+    return entry
+
+
+def _primary_sha(stage) -> str | None:
+    """sha256 of a stage's primary artifact file: the next link in the hash chain."""
+    primary = stage.primary if stage and stage.publishable else None
+    return sha256_file(primary.variant.files[0]) if primary and primary.variant.files else None
+
+
+def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
+    targets = dict(previous.get("targets", {}))
+    by_name = {s.target.name: s for s in stages}
+    for stage in stages:
+        name = stage.target.name
+        if stage.publishable:
+            targets[name] = target_entry(stage, ckpt, program, by_name)
+        elif name not in targets or targets[name].get("status") in ("failed", "skipped"):
+            targets[name] = {"status": stage.status, "reason": stage.reason, "files": []}
+    return {
+        "schema": SCHEMA,
+        "checkpoint": {
+            "path": str(ckpt.path),
+            "sha256": ckpt.sha256,
+            "layout": ckpt.layout,
+            "config": ckpt.config.__dict__,
+            "provenance": ckpt.provenance,
+            "ignored_keys": len(ckpt.ignored_keys),
+        },
+        "exported_program": {
+            "path": program.path.relative_to(out).as_posix(),
+            "sha256": program.sha256,
+            "cache_key": program.cache_key,
+        },
+        "golden": golden.describe(),
+        "toolchain": toolchain_versions(),
+        "host": f"{platform.system()} {platform.machine()}",
+        "targets": dict(sorted(targets.items())),
+    }

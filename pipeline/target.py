@@ -1,0 +1,113 @@
+"""The contract every target implements. The pipeline core only ever talks to this.
+
+A target is one module in `targets/`, registered in `targets/__init__.py`. It declares:
+  name, summary       what it is called and what it makes
+  extra, modules      the pip extra that installs its dependencies, and the modules it imports
+  capability          what its verifier needs from the host ("cpu", "macOS", "NVIDIA GPU ...")
+  depends_on / uses   targets whose staged outputs it needs (hard) or uses when present (soft)
+and implements:
+  build(ctx)          -> [Variant]   write files into ctx.staging, one Variant per model flavour
+  inspect(ctx, v)     -> [str]       structural checks that always run (I/O contract, op list...)
+  load(ctx, v)        -> Runner      the artifact in its real runtime; raise HostCapabilityError
+                                     when that runtime cannot exist on this host
+The core runs the held-out golden split through each Runner, computes parity metrics and holds
+each variant to its Gate (parity and size) before anything is published.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .checkpoint import LoadedCheckpoint
+from .errors import ExportError, MissingExtraError
+from .export import ExportedProgramFile
+from .golden import GoldenSet
+from .parity import Gate
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass
+class Variant:
+    """One flavour of a target's artifact (e.g. fp32, int8) and the gate it is held to."""
+
+    name: str
+    files: list[Path]
+    gate: Gate
+    size_budget: int  # bytes, for this variant's files
+    primary: bool = False
+    topk_dtype: str = "int64"
+    info: dict = field(default_factory=dict)  # recorded in the manifest (quantisation, delegation...)
+    metrics: dict = field(default_factory=dict)  # extra measured numbers the gate may judge
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
+
+
+@dataclass
+class Runner:
+    """An artifact loaded in a runtime: `run` maps input arrays to output arrays."""
+
+    run: Callable[[Arrays], Arrays]
+    runtime: str  # e.g. "onnxruntime 1.31.1 (CPUExecutionProvider)"
+    authoritative: bool = True  # False: a reference check, not the real runtime; stays unverified
+    max_batch: int = 8
+    reason: str | None = None  # why it is not authoritative
+    close: Callable[[], None] = lambda: None
+
+
+@dataclass
+class BuildContext:
+    checkpoint: LoadedCheckpoint
+    program: ExportedProgramFile
+    golden: GoldenSet
+    staging: Path  # this target's own staging folder: write artifacts here
+    upstream: dict  # name -> StageResult of targets built earlier in this run
+    log: Callable[[str], None]
+
+    @property
+    def config(self):
+        return self.checkpoint.config
+
+
+class Target:
+    name: str = ""
+    summary: str = ""
+    extra: str | None = None
+    modules: tuple[str, ...] = ()
+    capability: str = "cpu"
+    depends_on: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+    notes: str = ""  # shown in the build table (e.g. "deprecated upstream")
+
+    def missing_modules(self) -> list[str]:
+        return [m for m in self.modules if importlib.util.find_spec(m.split(".")[0]) is None]
+
+    def require(self) -> None:
+        missing = self.missing_modules()
+        if missing:
+            extra = f"pip install -e '.[{self.extra}]'" if self.extra else "pip install the missing packages"
+            raise MissingExtraError(
+                f"target '{self.name}' needs {', '.join(missing)}, which is not installed",
+                f"{extra} (or run scripts/setup.sh)",
+            )
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        raise NotImplementedError
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        return []
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        raise NotImplementedError
+
+
+def expect_file(path: Path, what: str) -> Path:
+    if not path.is_file() or path.stat().st_size == 0:
+        raise ExportError(f"{what} was not written ({path.name})", "run with --verbose to see the converter's output")
+    return path

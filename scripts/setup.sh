@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Create .venv at the repo root (reused when present) and install everything pinned.
+# Idempotent: safe to run again. Needs Python 3.11; as root it also installs Debian packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
+
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+EXTRAS=$(cat scripts/extras.txt | tr -d ' \n')
+# constraints.txt pins every transitive dependency, so a fresh machine gets the same set.
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${EXTRAS}]"
+
+# System packages and npm modules for targets that need them (each script is a no-op when done).
+for step in scripts/setup.d/*.sh; do
+    [ -e "$step" ] && bash "$step"
+done
+echo "setup: .venv ready"

@@ -1,0 +1,28 @@
+"""The target table: every artifact kind the pipeline can build, by name.
+
+Adding a target = one module with a Target subclass + one line here.
+"""
+from __future__ import annotations
+
+from pipeline.errors import InputError
+from pipeline.target import Target
+
+from .onnx import OnnxTarget
+
+TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(),)}
+
+# Names that expand to several targets.
+GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TARGETS)}
+
+
+def resolve(names: list[str]) -> list[Target]:
+    """Target names (or group names) -> Target objects; unknown names list the known ones."""
+    out: list[Target] = []
+    for name in names:
+        for member in GROUPS.get(name, (name,)):
+            if member not in TARGETS:
+                known = ", ".join([*TARGETS, *GROUPS])
+                raise InputError(f"unknown target '{member}'", f"use one of: {known}")
+            if TARGETS[member] not in out:
+                out.append(TARGETS[member])
+    return out

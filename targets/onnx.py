@@ -1,0 +1,41 @@
+"""ONNX FP32: the exported program as one .onnx file, checked in onnxruntime."""
+from __future__ import annotations
+
+from pipeline.parity import LOSSLESS, Gate
+from pipeline.target import BuildContext, Runner, Target, Variant
+
+from . import onnx_common
+
+
+def size_budget(ctx: BuildContext) -> int:
+    # float32 weights plus room for the graph; anything much larger means duplicated constants
+    return int(onnx_common.param_bytes(ctx.checkpoint.model) * 1.5) + 256 * 1024
+
+
+class OnnxTarget(Target):
+    name = "onnx"
+    summary = "ONNX FP32 (single file, dynamic batch) for onnxruntime"
+    extra = None
+    modules = ("onnx", "onnxscript", "onnxruntime")
+    capability = "cpu (onnxruntime)"
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        path = onnx_common.export_onnx(ctx.program.load(), ctx.config, ctx.staging / "model.onnx", ctx.log)
+        budget = size_budget(ctx)
+        gate = Gate({**LOSSLESS.maxima, "size_bytes": budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
+        return [Variant("fp32", [path], gate, budget, primary=True, info={"opset": _opset(path)})]
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        onnx_common.check_onnx(variant.files[0])
+        checks = ["onnx.checker (full_check) passed"]
+        return checks + onnx_common.check_io_contract(onnx_common.ort_session(variant.files[0]), ctx.config)
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        return onnx_common.ort_runner(variant.files[0])
+
+
+def _opset(path) -> int:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))

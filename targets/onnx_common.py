@@ -1,0 +1,159 @@
+"""Helpers shared by the targets that produce or run ONNX models (onnx, onnx-int8, web, tensorrt)."""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ExportError
+from pipeline.model import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
+from pipeline.target import Runner
+
+_ONNX_DTYPES = {"image": "tensor(float)", "query": "tensor(float)", "relevance": "tensor(float)",
+                "topk_indices": "tensor(int64)", "weights": "tensor(float)"}
+
+
+def contract_shapes(cfg: ModelConfig) -> dict[str, list]:
+    """The I/O contract with the batch dimension as None."""
+    return {
+        "image": [None, 3, cfg.image_size, cfg.image_size],
+        "query": [None, cfg.query_dim],
+        "relevance": [None, cfg.num_patches],
+        "topk_indices": [None, cfg.top_k],
+        "weights": [None, 3],
+    }
+
+
+def strip_metadata(model) -> None:
+    """Drop per-node metadata (stack traces with local paths) for smaller, reproducible files."""
+    def clean(graph):
+        for node in graph.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+            for attr in node.attribute:
+                if attr.g is not None and attr.type == attr.GRAPH:
+                    clean(attr.g)
+                for g in attr.graphs:
+                    clean(g)
+        for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+            del value.metadata_props[:]
+        del graph.metadata_props[:]
+        graph.doc_string = ""
+
+    clean(model.graph)
+    for fn in model.functions:
+        for node in fn.node:
+            del node.metadata_props[:]
+    del model.metadata_props[:]
+    model.doc_string = ""
+
+
+@contextlib.contextmanager
+def quiet_torch_onnx():
+    """The exporter's progress lines, torchvision notices and deprecation warnings are noise here."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def export_onnx(program, cfg: ModelConfig, path: Path, log) -> Path:
+    """ExportedProgram -> single-file ONNX with the contract's names and a dynamic batch."""
+    import onnx
+    import torch
+    from torch.export import Dim
+
+    from pipeline.export import MAX_BATCH, example_inputs
+
+    batch = Dim("batch", min=1, max=MAX_BATCH)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured), quiet_torch_onnx():
+            torch.onnx.export(
+                program,
+                example_inputs(cfg),
+                str(path),
+                input_names=list(INPUT_NAMES),
+                output_names=list(OUTPUT_NAMES),
+                dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
+                external_data=False,
+                # onnxscript's optimiser (0.7.2) folds `x + c` to `x` when c is allclose to 0,
+                # deleting every 1e-8 epsilon: flat images then give NaN (0/0 in min-max) and
+                # the Sobel magnitude shifts by 2e-3. onnxruntime optimises at load time anyway.
+                optimize=False,
+            )
+    except Exception as exc:
+        raise ExportError(
+            f"torch.onnx.export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+            "run with --verbose; check the ONNX exporter supports every op of the model",
+        ) from exc
+    model = onnx.load(str(path))
+    strip_metadata(model)
+    onnx.save(model, str(path))
+    check_onnx(path)
+    return path
+
+
+def check_onnx(path: Path) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:
+        raise ExportError(f"{path.name} fails onnx.checker: {str(exc).splitlines()[0][:200]}",
+                          "the exported graph is invalid: rerun with --verbose") from exc
+
+
+def check_io_contract(session, cfg: ModelConfig) -> list[str]:
+    """Names, dtypes and shapes of an onnxruntime session vs the contract; raises on mismatch."""
+    want = contract_shapes(cfg)
+    have = {a.name: a for a in [*session.get_inputs(), *session.get_outputs()]}
+    problems = []
+    for name, shape in want.items():
+        arg = have.get(name)
+        if arg is None:
+            problems.append(f"missing '{name}'")
+            continue
+        if arg.type != _ONNX_DTYPES[name]:
+            problems.append(f"{name} is {arg.type}, expected {_ONNX_DTYPES[name]}")
+        if isinstance(arg.shape[0], int) or list(arg.shape[1:]) != shape[1:]:
+            problems.append(f"{name} has shape {arg.shape}, expected [batch, {', '.join(map(str, shape[1:]))}]")
+    if problems:
+        raise ExportError(f"I/O contract broken: {'; '.join(problems)}", "fix the export so names and shapes match the contract")
+    return ["I/O contract: names, dtypes, dynamic batch and fixed dims match"]
+
+
+def ort_session(path: Path, level: str = "ORT_ENABLE_ALL", threads: int = 0):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def ort_runner(path: Path, level: str = "ORT_ENABLE_ALL") -> Runner:
+    import onnxruntime as ort
+
+    session = ort_session(path, level)
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outs = session.run(list(OUTPUT_NAMES), {k: np.ascontiguousarray(v) for k, v in inputs.items()})
+        return dict(zip(OUTPUT_NAMES, outs))
+
+    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider, {level})")
+
+
+def param_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
