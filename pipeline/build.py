@@ -33,6 +33,7 @@ class VariantReport:
     reason: str | None = None
     checks: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    outputs: dict | None = None  # the runtime's held-out outputs, for the report's side-by-side maps
 
 
 @dataclass
@@ -117,7 +118,7 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
         status = "failed"
     else:
         status = "verified" if runner.authoritative else "unverified"
-    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures)
+    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got)
 
 
 def run_stage(target: Target, ctx: BuildContext) -> StageResult:

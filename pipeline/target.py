@@ -106,6 +106,13 @@ class Target:
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         raise NotImplementedError
 
+    def bench(self, out: Path, settings: dict) -> list[dict]:
+        """Optional: latency rows for `invoke bench` from the published artifacts in `out`.
+
+        Each row: {"case", "runtime", "batch", "threads", "median_ms", "p90_ms", "runs"}.
+        """
+        return []
+
 
 def expect_file(path: Path, what: str) -> Path:
     if not path.is_file() or path.stat().st_size == 0:
