@@ -12,13 +12,15 @@ from invoke import Exit, task
         "checkpoint": "checkpoint (.safetensors or reference .pt/.pth); default: the shipped one",
         "out": "output folder; default: artifacts/",
         "verbose": "show tracebacks",
+        "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
     }
 )
-def build(c, target="all", checkpoint=None, out=None, verbose=False):
+def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
     from pipeline import cli
 
-    code = cli.build(target, checkpoint, out, verbose)
+    options = {"calibration_dir": calibration} if calibration else {}
+    code = cli.build(target, checkpoint, out, verbose, options)
     if code:
         raise Exit(code=code)
 

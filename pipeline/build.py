@@ -112,7 +112,8 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
         got = run_split(runner, heldout)
     finally:
         runner.close()
-    metrics.update(parity_metrics(heldout.expected, got, variant.gate.tie_tolerance))
+    expected = variant.reference(heldout) if variant.reference else heldout.expected
+    metrics.update(parity_metrics(expected, got, variant.gate.tie_tolerance))
     failures = variant.gate.failures(metrics)
     if failures:
         status = "failed"
@@ -152,6 +153,7 @@ def run_build(
     out: Path,
     log=print,
     strict: bool = True,
+    options: dict | None = None,
 ) -> BuildResult:
     """Build, verify, gate and publish. strict: a missing extra is an error, not a skip."""
     started = time.monotonic()
@@ -159,7 +161,7 @@ def run_build(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with publish.build_lock(out, log):
-            return _build_locked(plan(targets, registry), checkpoint, out, log, strict, started)
+            return _build_locked(plan(targets, registry), checkpoint, out, log, strict, started, options or {})
     except KeyboardInterrupt as exc:
         raise BuildInterrupted(
             f"build interrupted ({exc or 'SIGINT'}); nothing was published",
@@ -169,7 +171,7 @@ def run_build(
         signal.signal(signal.SIGTERM, previous)
 
 
-def _build_locked(order, checkpoint, out, log, strict, started) -> BuildResult:
+def _build_locked(order, checkpoint, out, log, strict, started, options) -> BuildResult:
     log(f"loading checkpoint {checkpoint}")
     ckpt = load_checkpoint(checkpoint)
     if ckpt.ignored_keys:
@@ -181,7 +183,7 @@ def _build_locked(order, checkpoint, out, log, strict, started) -> BuildResult:
     stages: dict[str, StageResult] = {}
     try:
         for target in order:
-            stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict)
+            stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
         publishable = {n: s.staging for n, s in stages.items() if s.publishable}
         if publishable:
             previous = publish.read_manifest(out)
@@ -192,7 +194,7 @@ def _build_locked(order, checkpoint, out, log, strict, started) -> BuildResult:
     return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started)
 
 
-def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict) -> StageResult:
+def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options) -> StageResult:
     missing_dep = [d for d in target.depends_on if not stages.get(d) or not stages[d].publishable]
     if missing_dep:
         return StageResult(target, "skipped", f"needs {', '.join(missing_dep)}, which did not build")
@@ -204,7 +206,7 @@ def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict) -> S
         return StageResult(target, "skipped", exc.one_line())
     staging = run_dir / target.name
     staging.mkdir()
-    ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log)
+    ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options)
     try:
         return run_stage(target, ctx)
     except MissingExtraError as exc:

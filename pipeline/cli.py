@@ -63,7 +63,7 @@ def print_reasons(result) -> None:
             print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
 
 
-def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool) -> int:
+def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
     """`invoke build`: returns the process exit code."""
     import targets as target_table
 
@@ -79,6 +79,7 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool) 
             Path(out) if out else DEFAULT_OUT,
             log=lambda msg: print(msg, flush=True),
             strict=names != ["all"],
+            options=options,
         )
     except ArrcocError as exc:
         if verbose:

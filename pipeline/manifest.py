@@ -47,6 +47,7 @@ def _parity(report) -> dict:
         "passed": report.status != "failed" and not report.failures,
         "measured": report.runtime is not None,
         "runtime": report.runtime,
+        "reference": v.reference_name,
     }
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from .checkpoint import LoadedCheckpoint
 from .errors import ExportError, MissingExtraError
 from .export import ExportedProgramFile
-from .golden import GoldenSet
+from .golden import GoldenSet, GoldenSplit
 from .parity import Gate
 
 Arrays = dict[str, np.ndarray]
@@ -43,6 +43,10 @@ class Variant:
     topk_dtype: str = "int64"
     info: dict = field(default_factory=dict)  # recorded in the manifest (quantisation, delegation...)
     metrics: dict = field(default_factory=dict)  # extra measured numbers the gate may judge
+    # What parity is measured against: by default the eager float32 outputs of the golden set.
+    # A target may compare with another runtime instead (the browser vs Python onnxruntime).
+    reference: Callable[[GoldenSplit], Arrays] | None = None
+    reference_name: str = "eager PyTorch float32"
 
     @property
     def bytes(self) -> int:
@@ -69,6 +73,7 @@ class BuildContext:
     staging: Path  # this target's own staging folder: write artifacts here
     upstream: dict  # name -> StageResult of targets built earlier in this run
     log: Callable[[str], None]
+    options: dict = field(default_factory=dict)  # user options, e.g. {"calibration_dir": Path}
 
     @property
     def config(self):

@@ -1,0 +1,67 @@
+"""Shared fixtures: the shipped checkpoint, its golden set and exported program, and a CLI runner.
+
+Session-scoped where building is expensive; anything that writes gets its own tmp folder.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline.checkpoint import load_checkpoint  # noqa: E402
+from pipeline.cli import DEFAULT_CHECKPOINT  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def checkpoint_path() -> Path:
+    return DEFAULT_CHECKPOINT
+
+
+@pytest.fixture(scope="session")
+def loaded(checkpoint_path):
+    return load_checkpoint(checkpoint_path)
+
+
+@pytest.fixture(scope="session")
+def golden(loaded):
+    from pipeline.golden import build_golden_set
+
+    return build_golden_set(loaded.model, loaded.config)
+
+
+@pytest.fixture(scope="session")
+def exported(loaded, tmp_path_factory):
+    from pipeline.export import export_cached
+
+    return export_cached(loaded, tmp_path_factory.mktemp("export-cache"))
+
+
+@pytest.fixture
+def make_ctx(loaded, exported, golden, tmp_path):
+    """make_ctx(upstream={}, options={}) -> a BuildContext with its own staging folder."""
+    from pipeline.target import BuildContext
+
+    def make(upstream=None, options=None, name="stage"):
+        staging = tmp_path / name
+        staging.mkdir()
+        return BuildContext(loaded, exported, golden, staging, upstream or {}, lambda m: None, options or {})
+
+    return make
+
+
+def run_cli(*args: str, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `invoke ARGS` in the repo with the venv's interpreter; returns the finished process."""
+    cmd = [sys.executable, "-m", "invoke", *args]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
