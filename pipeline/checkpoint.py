@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,10 +124,12 @@ def _read_safetensors(path: Path) -> tuple[dict, ModelConfig, dict]:
 
 def _read_reference(path: Path) -> tuple[dict, list[str]]:
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # pickle-protocol notices are noise next to our one line
+            warnings.simplefilter("ignore")
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"{path}: refused to unpickle: it holds objects other than tensors ({_short(exc)})",
+            f"{path}: refused to unpickle: it holds objects other than tensors ({_unpickle_reason(exc)})",
             "save only the state dict (torch.save(model.state_dict(), path)); code in pickles is never run",
         ) from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
@@ -204,6 +208,16 @@ def _build_validated(tensors: dict, config: ModelConfig, path: Path) -> Relevanc
     model = build_model(config)
     model.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
     return model.eval()
+
+
+def _unpickle_reason(exc: BaseException) -> str:
+    """torch's message is a page of advice; keep the part naming what the pickle wanted to load."""
+    text = str(exc)
+    found = re.search(r"GLOBAL (\S+)", text)
+    if found:
+        return f"it asks for {found.group(1)}"
+    found = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+    return found.group(1).strip() if found else _short(exc)
 
 
 def _short(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
 """The manifest: what is published, how it was checked, and the hash chain that produced it.
 
-Keys other tools rely on (see docs): checkpoint, exported_program, toolchain, and per target
+Keys other tools rely on (README, "Manifest"): checkpoint, exported_program, toolchain, and per target
 status / reason / files / parity / size. A target that failed or was skipped in this build keeps
 its previously published entry; only a target that never published gets a failed/skipped entry.
 """

@@ -1,7 +1,7 @@
 """The ARR-COC v0.1 relevance realizer, written afresh for export.
 
 Faithful to the reference (arr-coc-0-1, ARR_COC/{texture,knowing,balancing,attending}.py),
-with deliberate differences for export and edge use (see docs/MODEL.md):
+with deliberate differences for export and edge use (also listed in the README):
   * min-max normalisation is per sample, never across the batch, so one image's
     result does not depend on its batch-mates;
   * no kornia: RGB->LAB, grayscale and the normalised Sobel filter are written out;

@@ -1,0 +1,210 @@
+"""End to end: build the ONNX target through the CLI, then attack the build in every way a user can.
+
+Every failure must end with one line naming the fix, a non-zero exit, and the previously published
+artifacts and manifest byte-for-byte unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+SKIP = {".cache", ".lock", ".staging"}
+
+
+def snapshot(out: Path) -> dict[str, str]:
+    """relative path -> sha256 of everything a build publishes (not its cache or lock)."""
+    files = {}
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out)
+        if p.is_file() and rel.parts[0] not in SKIP:
+            files[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return files
+
+
+def staging_left(out: Path) -> list[Path]:
+    return list((out / ".staging").glob("*")) if (out / ".staging").exists() else []
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("published")
+    proc = run_cli("build", "--target", "onnx", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+@pytest.fixture
+def previous(published, tmp_path) -> Path:
+    """A private copy of a published output folder, to attack."""
+    out = tmp_path / "out"
+    shutil.copytree(published, out, symlinks=True)
+    return out
+
+
+def manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_manifest_records_the_verified_artifact(published):
+    m = manifest(published)
+    assert len(m["checkpoint"]["sha256"]) == 64
+    assert (published / m["exported_program"]["path"]).is_file()
+    assert m["toolchain"]["torch"].startswith("2.13.0") and "onnxruntime" in m["toolchain"]
+    onnx = m["targets"]["onnx"]
+    assert onnx["status"] == "published"
+    for f in onnx["files"]:
+        data = (published / f["path"]).read_bytes()
+        assert len(data) == f["bytes"] and hashlib.sha256(data).hexdigest() == f["sha256"]
+    names = {Path(f["path"]).name for f in onnx["files"]}
+    assert {"model.onnx", "golden.json", "golden.bin"} <= names
+    parity = onnx["parity"]
+    assert parity["passed"] and parity["measured"] and parity["runtime"].startswith("onnxruntime")
+    metrics, gate = parity["metrics"], parity["gate"]
+    assert metrics["relevance_max_abs"] <= gate["max"]["relevance_max_abs"] <= 1e-3
+    assert metrics["weights_max_abs"] <= 1e-4 and metrics["topk_overlap_min"] == 1.0
+    assert onnx["size"]["bytes"] <= onnx["size"]["budget"]
+    assert onnx["provenance"]["checkpoint_sha256"] == m["checkpoint"]["sha256"]
+    assert onnx["provenance"]["exported_program_sha256"] == m["exported_program"]["sha256"]
+
+
+def test_published_onnx_runs_dynamic_batch_in_onnxruntime(published, golden):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(published / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    for n in (1, 5):
+        rel, topk, w = session.run(None, golden.heldout.inputs(0, n))
+        assert rel.shape == (n, 196) and topk.shape == (n, 64) and topk.dtype == np.int64
+        np.testing.assert_allclose(rel, golden.heldout.expected["relevance"][:n], atol=1e-3)
+
+
+def test_golden_bundle_reads_back(published):
+    meta = json.loads((published / "onnx" / "golden.json").read_text())
+    blob = (published / "onnx" / "golden.bin").read_bytes()
+    for name, a in meta["arrays"].items():
+        arr = np.frombuffer(blob[a["offset"] : a["offset"] + a["bytes"]], dtype=a["dtype"]).reshape(a["shape"])
+        assert np.isfinite(arr.astype(np.float64)).all(), name
+    assert meta["gate"]["max"]["relevance_max_abs"] <= 1e-3
+
+
+def test_verify_task_checks_hashes(previous):
+    assert run_cli("verify", "--out", str(previous)).returncode == 0
+    model = previous / "onnx" / "model.onnx"
+    model.write_bytes(model.read_bytes()[:-1] + b"\0")
+    proc = run_cli("verify", "--out", str(previous))
+    assert proc.returncode != 0 and "MISMATCH onnx/model.onnx" in proc.stdout
+
+
+def test_repeat_build_is_a_cache_hit_and_byte_identical(previous, published):
+    proc = run_cli("build", "--target", "onnx", "--out", str(previous))
+    assert proc.returncode == 0, proc.stderr
+    assert "cache hit" in proc.stdout
+    assert snapshot(previous)["onnx/model.onnx"] == snapshot(published)["onnx/model.onnx"]
+
+
+def test_fresh_export_gives_identical_onnx_bytes(published, tmp_path):
+    proc = run_cli("build", "--target", "onnx", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "fresh export" in proc.stdout
+    assert snapshot(tmp_path)["onnx/model.onnx"] == snapshot(published)["onnx/model.onnx"]
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/arrcoc-pwned-by-test",))
+
+
+def _bad_checkpoint(kind: str, tmp_path: Path, checkpoint_path: Path) -> Path:
+    raw = checkpoint_path.read_bytes()
+    path = tmp_path / {"evil": "evil.pt", "notdict": "x.pt"}.get(kind, "bad.safetensors")
+    if kind == "missing":
+        return path
+    if kind == "evil":
+        path.write_bytes(pickle.dumps({"k": _RunsCode()}, protocol=2))
+    elif kind == "notdict":
+        import torch
+
+        torch.save("just a string", path)
+    elif kind == "truncated":
+        path.write_bytes(raw[: len(raw) // 3])
+    elif kind == "empty":
+        path.write_bytes(b"")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "notdict", "evil"])
+def test_bad_checkpoint_leaves_published_artifacts_untouched(kind, previous, tmp_path, checkpoint_path):
+    before = snapshot(previous)
+    Path("/tmp/arrcoc-pwned-by-test").unlink(missing_ok=True)
+    ckpt = _bad_checkpoint(kind, tmp_path, checkpoint_path)
+    proc = run_cli("build", "--target", "onnx", "--checkpoint", str(ckpt), "--out", str(previous))
+    assert proc.returncode != 0
+    errors = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(errors) == 1 and "-> fix:" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert snapshot(previous) == before
+    assert not Path("/tmp/arrcoc-pwned-by-test").exists()
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = run_cli("build", "--target", "onnx", "--out", str(blocker / "out"))
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("output error: cannot write to output folder") and "--out" in proc.stderr
+
+
+def test_unknown_target_lists_the_known_ones(tmp_path):
+    proc = run_cli("build", "--target", "tflite", "--out", str(tmp_path))
+    assert proc.returncode != 0
+    assert "unknown target 'tflite'" in proc.stderr and "onnx" in proc.stderr and "all" in proc.stderr
+
+
+def test_sigterm_mid_stage_publishes_nothing(previous):
+    before = snapshot(previous)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "build", "--target", "onnx", "--out", str(previous)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    for line in proc.stdout:  # wait until the ONNX stage is under way
+        if line.startswith("[onnx] building"):
+            break
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "-> fix:" in err
+    assert snapshot(previous) == before
+    assert staging_left(previous) == []
+
+
+def test_two_builds_at_once_queue_on_the_lock(previous):
+    before = manifest(previous)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "invoke", "build", "--target", "onnx", "--out", str(previous)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sum("another build is publishing" in o for o, _ in outs) == 1
+    after = manifest(previous)
+    assert after["targets"]["onnx"]["files"] == before["targets"]["onnx"]["files"]
+    assert run_cli("verify", "--out", str(previous)).returncode == 0
+    assert staging_left(previous) == []

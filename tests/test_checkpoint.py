@@ -1,0 +1,132 @@
+"""Checkpoint loading: both layouts load to the same model; every bad input is a CheckpointError."""
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from pipeline.checkpoint import load_checkpoint, save_checkpoint
+from pipeline.errors import CheckpointError
+from pipeline.model import ModelConfig, build_model
+
+
+def _same_weights(a, b) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_shipped_checkpoint_loads_with_provenance(loaded):
+    assert loaded.layout == "arrcoc-safetensors"
+    assert loaded.config == ModelConfig()
+    assert loaded.provenance  # says how it was made (seeded init or training recipe)
+    assert len(loaded.sha256) == 64
+
+
+def test_reference_layout_pt_loads_like_safetensors(loaded, tmp_path):
+    """A full ARRCOCQwen-style state dict: wrapped, DDP-prefixed, with frozen base_model keys."""
+    state = {f"module.{k}": v.clone() for k, v in loaded.model.state_dict().items()}
+    state["module.base_model.layers.0.weight"] = torch.zeros(4, 4)
+    path = tmp_path / "ref.pt"
+    torch.save({"state_dict": state, "epoch": 3}, path)
+    ref = load_checkpoint(path)
+    assert ref.layout == "reference-state-dict"
+    assert ref.ignored_keys == ["base_model.layers.0.weight"]
+    assert ref.config == loaded.config
+    assert _same_weights(ref.model, loaded.model)
+
+
+def test_query_width_is_inferred_from_the_weights(tmp_path):
+    cfg = ModelConfig(query_dim=1536)
+    path = tmp_path / "wide.pth"
+    torch.save(build_model(cfg, seed=1).state_dict(), path)
+    got = load_checkpoint(path)
+    assert got.config.query_dim == 1536
+    relevance, _, _ = got.model(torch.rand(1, 3, 224, 224), torch.randn(1, 1536))
+    assert relevance.shape == (1, 196)
+
+
+def test_save_and_reload_round_trip(tmp_path):
+    model = build_model(ModelConfig(query_dim=64), seed=2)
+    path = tmp_path / "rt.safetensors"
+    save_checkpoint(model, path, {"recipe": "test"})
+    back = load_checkpoint(path)
+    assert back.config.query_dim == 64 and back.provenance == {"recipe": "test"}
+    assert _same_weights(back.model, model)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _bad_files(tmp_path: Path, loaded) -> dict[str, tuple[Path, str]]:
+    """name -> (file, a phrase its error message must contain)."""
+    good = loaded.model.state_dict()
+    raw = Path(loaded.path).read_bytes()
+    cases = {}
+
+    def write(name, data: bytes):
+        p = tmp_path / name
+        p.write_bytes(data)
+        return p
+
+    cases["missing"] = (tmp_path / "nope.safetensors", "no such file")
+    cases["empty"] = (write("empty.safetensors", b""), "empty")
+    cases["truncated"] = (write("trunc.safetensors", raw[: len(raw) // 2]), "not a readable")
+    cases["corrupt"] = (write("corrupt.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage" + raw[16:]), "not a readable")
+    p = tmp_path / "nometa.safetensors"
+    save_file({k: v.contiguous() for k, v in good.items()}, str(p))
+    cases["no config metadata"] = (p, "arrcoc.config")
+    p = tmp_path / "list.pt"
+    torch.save([1, 2, 3], p)
+    cases["not a state dict"] = (p, "not a state dict")
+    p = tmp_path / "missing-keys.pt"
+    torch.save({k: v for k, v in good.items() if not k.startswith("balancer.weight_predictor.4")}, p)
+    cases["missing keys"] = (p, "missing keys")
+    p = tmp_path / "extra-keys.pt"
+    torch.save({**good, "participatory_scorer.extra.weight": torch.zeros(2)}, p)
+    cases["unexpected keys"] = (p, "unexpected keys")
+    p = tmp_path / "shape.pt"
+    torch.save({**good, "balancer.weight_predictor.2.weight": torch.zeros(5, 5)}, p)
+    cases["wrong shape"] = (p, "has shape")
+    bad = dict(good)
+    bad["balancer.weight_predictor.2.bias"] = torch.full_like(bad["balancer.weight_predictor.2.bias"], float("nan"))
+    p = tmp_path / "nan.pt"
+    torch.save(bad, p)
+    cases["nan"] = (p, "non-finite")
+    p = tmp_path / "trunc.pt"
+    torch.save(good, p)
+    p.write_bytes(p.read_bytes()[:1000])
+    cases["truncated pt"] = (p, "not a readable")
+    cases["unknown suffix"] = (write("model.bin", b"1234"), "unknown checkpoint type")
+    return cases
+
+
+BAD_CASES = ["missing", "empty", "truncated", "corrupt", "no config metadata", "not a state dict",
+             "missing keys", "unexpected keys", "wrong shape", "nan", "truncated pt", "unknown suffix"]
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_checkpoints_raise_one_line_errors(case, loaded, tmp_path):
+    path, phrase = _bad_files(tmp_path, loaded)[case]
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    line = info.value.one_line()
+    assert phrase in line and "-> fix:" in line and "\n" not in line
+
+
+def test_malicious_pickle_is_refused_not_run(tmp_path):
+    marker = tmp_path / "pwned"
+    payload = _RunsCode()
+    payload.marker = marker
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as f:
+        pickle.dump({"participatory_scorer.texture_proj.0.weight": payload}, f)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert "refused" in str(info.value)
+    assert not marker.exists()
