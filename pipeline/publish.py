@@ -119,6 +119,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the manifest is read by other tools and users
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -1,0 +1,334 @@
+"""The build report: OUT/report.html (self-contained, opens offline) and a short OUT/REPORT.md.
+
+Everything shown comes from the manifest (statuses, files, parity against gates), OUT/bench.json
+(latest `invoke bench`, when present) and the held-out outputs each runtime produced when it was
+verified. Those outputs are kept under OUT/.cache/report/ so a later build of another target can
+still show them side by side; a runtime's maps are shown only while its manifest entry was built
+from the same checkpoint.
+
+Pictures (matplotlib, embedded as base64 PNG): for a few held-out photos, the relevance heatmap
+and top-K patches of eager PyTorch next to every runtime that ran, with each panel's top-K
+overlap against eager, so disagreement is visible at a glance.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .golden import GoldenSplit
+
+SHOWN_SAMPLES = ("astronaut/centre", "chelsea/centre", "stereo_motorcycle/centre")
+METRICS = ("relevance_max_abs", "relevance_mean_abs", "weights_max_abs", "topk_overlap_mean", "topk_overlap_min")
+_COLUMNS = 5
+
+
+def outputs_dir(out: Path) -> Path:
+    return out / ".cache" / "report"
+
+
+def save_outputs(out: Path, stages, checkpoint_sha: str) -> None:
+    """Keep each published variant's held-out outputs for later reports (atomic per file)."""
+    folder = outputs_dir(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stage in stages:
+        if not stage.publishable:
+            continue
+        for report in stage.variants:
+            if report.outputs is None:
+                continue
+            path = folder / f"{stage.target.name}.{report.variant.name}.npz"
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz")
+            with os.fdopen(fd, "wb") as f:
+                np.savez_compressed(f, checkpoint=np.array(checkpoint_sha), runtime=np.array(report.runtime or ""),
+                                    **{k: np.asarray(v) for k, v in report.outputs.items()})
+            os.replace(tmp, path)
+
+
+def load_outputs(out: Path, manifest: dict) -> list[dict]:
+    """Saved runtime outputs that belong to the manifest's current entries, in manifest order."""
+    runs = []
+    for name, entry in manifest.get("targets", {}).items():
+        ckpt = entry.get("provenance", {}).get("checkpoint_sha256")
+        for variant in entry.get("variants", {}):
+            path = outputs_dir(out) / f"{name}.{variant}.npz"
+            if not path.is_file():
+                continue
+            with np.load(path) as data:
+                if str(data["checkpoint"]) != ckpt:
+                    continue
+                runs.append({"target": name, "variant": variant, "runtime": str(data["runtime"]),
+                             "relevance": data["relevance"], "topk_indices": data["topk_indices"]})
+    return runs
+
+
+def write_report(out: Path, heldout: GoldenSplit, log=print) -> tuple[Path, Path]:
+    """Render report.html and REPORT.md from what is in OUT now; both replaced atomically."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    bench = _read_bench(out)
+    runs = load_outputs(out, manifest)
+    page = render_html(manifest, bench, runs, heldout)
+    html_path, md_path = out / "report.html", out / "REPORT.md"
+    _write_atomic(html_path, page)
+    _write_atomic(md_path, render_markdown(manifest, bench))
+    log(f"report: {html_path} ({len(page) // 1024} KB)")
+    return html_path, md_path
+
+
+def _read_bench(out: Path) -> dict | None:
+    path = out / "bench.json"
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except ValueError:
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; the report is meant to be read and served
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- numbers
+
+def fmt_metric(value) -> str:
+    """One format for every number the report prints (tests parse it back)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1024:.1f} KB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MB"
+
+
+def variant_rows(manifest: dict) -> list[dict]:
+    rows = []
+    for name, entry in manifest.get("targets", {}).items():
+        variants = entry.get("variants") or {"-": {"status": entry.get("status"), "reason": entry.get("reason")}}
+        for vname, v in variants.items():
+            parity = v.get("parity") or {}
+            rows.append({
+                "target": name, "variant": vname, "status": v.get("status", entry.get("status")),
+                "target_status": entry.get("status"), "reason": v.get("reason") or entry.get("reason") or "",
+                "bytes": (v.get("size") or {}).get("bytes"), "budget": (v.get("size") or {}).get("budget"),
+                "metrics": parity.get("metrics") or {}, "gate": parity.get("gate") or {},
+                "runtime": parity.get("runtime") or "not run on this host", "measured": parity.get("measured"),
+            })
+    return rows
+
+
+def _gate_text(gate: dict, metric: str) -> str:
+    if metric in gate.get("max", {}):
+        return f"≤ {gate['max'][metric]:g}"
+    if metric in gate.get("min", {}):
+        return f"≥ {gate['min'][metric]:g}"
+    return ""
+
+
+# ---------------------------------------------------------------- pictures
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _draw_panel(ax, image: np.ndarray, relevance: np.ndarray, topk: np.ndarray, title: str) -> None:
+    from matplotlib.patches import Rectangle
+
+    size = image.shape[-1]
+    grid = int(round(len(relevance) ** 0.5))
+    cell = size / grid
+    ax.imshow(image.transpose(1, 2, 0))
+    ax.imshow(relevance.reshape(grid, grid), cmap="inferno", alpha=0.55, extent=(0, size, size, 0),
+              interpolation="nearest", vmin=0, vmax=1)
+    for idx in topk:
+        r, c = divmod(int(idx), grid)
+        ax.add_patch(Rectangle((c * cell, r * cell), cell, cell, fill=False, lw=0.6, ec="#39ff14"))
+    ax.set_title(title, fontsize=7)
+    ax.axis("off")
+
+
+def sample_figure(heldout: GoldenSplit, index: int, runs: list[dict]) -> str:
+    """One PNG: the photo, eager PyTorch, then every runtime's map for held-out sample `index`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .parity import topk_overlap
+
+    ref_rel, ref_idx = heldout.expected["relevance"][index], heldout.expected["topk_indices"][index]
+    panels = [("eager PyTorch float32 (reference)", ref_rel, ref_idx)]
+    for run in runs:
+        got = run["topk_indices"][index : index + 1]
+        overlap = topk_overlap(ref_rel[None], ref_idx[None], got, 1e-3)[0][0]
+        panels.append((f"{run['target']} {run['variant']}\ntop-K vs eager {overlap:.3f}", run["relevance"][index], got[0]))
+    rows = -(-(len(panels) + 1) // _COLUMNS)
+    fig, axes = plt.subplots(rows, _COLUMNS, figsize=(2.1 * _COLUMNS, 2.3 * rows), squeeze=False)
+    image = heldout.images[index]
+    axes[0][0].imshow(image.transpose(1, 2, 0))
+    axes[0][0].set_title(heldout.names[index], fontsize=7)
+    axes[0][0].axis("off")
+    for ax, (title, rel, idx) in zip(axes.flat[1:], panels):
+        _draw_panel(ax, image, rel, idx, title)
+    for ax in axes.flat[len(panels) + 1 :]:
+        ax.axis("off")
+    return _png(fig)
+
+
+def size_figure(rows: list[dict], onnx_bytes: int | None) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r["bytes"]]
+    labels = [f"{r['target']} {r['variant']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1))
+    ypos = np.arange(len(rows))
+    ax.barh(ypos, [r["bytes"] / 1024 for r in rows], color="#4878a8", label="size")
+    ax.scatter([(r["budget"] or 0) / 1024 for r in rows], ypos, marker="|", s=200, color="#c03030", label="budget")
+    if onnx_bytes:
+        ax.axvline(onnx_bytes / 1024, ls="--", color="#555", lw=1, label="ONNX FP32")
+    ax.set_yticks(ypos, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("KB")
+    ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
+# ---------------------------------------------------------------- documents
+
+_CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
+td,th{border:1px solid #ccc;padding:3px 7px;font-size:12px;vertical-align:top}th{background:#f3f3f3}
+.published,.verified{color:#17692e}.unverified{color:#8a6100}.failed{color:#b00020}.skipped{color:#666}
+.pass{color:#17692e}.fail{color:#b00020;font-weight:600}img{max-width:100%}code{font-size:12px}"""
+
+
+def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: GoldenSplit) -> str:
+    rows = variant_rows(manifest)
+    onnx = manifest.get("targets", {}).get("onnx", {})
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>arrcoc-edge build report</title>",
+        "<link rel='icon' href='data:,'>", f"<style>{_CSS}</style></head><body>",
+        "<h1>arrcoc-edge build report</h1>", _header(manifest),
+        "<h2>Targets</h2>", _status_table(manifest), "<h2>Parity against the gates</h2>", _parity_table(rows),
+        "<h2>Sizes</h2>", f"<img alt='sizes' src='data:image/png;base64,{size_figure(rows, onnx.get('size', {}).get('bytes'))}'>",
+        "<h2>Latency (latest invoke bench)</h2>", _bench_table(bench),
+        "<h2>Relevance maps side by side</h2>", _pictures(heldout, runs, manifest),
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _header(m: dict) -> str:
+    ckpt = m.get("checkpoint", {})
+    prov = ckpt.get("provenance", {})
+    trained = "trained" if prov.get("trained") else "NOT trained (seeded initialisation)" if prov.get("trained") is False else ""
+    tool = ", ".join(f"{k} {v}" for k, v in m.get("toolchain", {}).items())
+    return (f"<p>Checkpoint <code>{html.escape(str(ckpt.get('path')))}</code> sha256 <code>{ckpt.get('sha256', '')[:16]}…</code> "
+            f"{html.escape(trained)}<br>Exported program <code>{html.escape(str(m.get('exported_program', {}).get('path')))}</code>"
+            f"<br>Host {html.escape(str(m.get('host')))}; toolchain: {html.escape(tool)}"
+            f"<br>Report written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>")
+
+
+def _status_table(m: dict) -> str:
+    out = ["<table><tr><th>target</th><th>status</th><th>reason / notes</th><th>files</th></tr>"]
+    for name, e in m.get("targets", {}).items():
+        files = "<br>".join(f"{html.escape(f['path'])} ({fmt_bytes(f['bytes'])})" for f in e.get("files", []))
+        note = " ".join(x for x in (e.get("reason"), e.get("notes")) if x)
+        out.append(f"<tr data-target='{html.escape(name)}'><td>{html.escape(name)}</td>"
+                   f"<td class='{e.get('status')}' data-field='status'>{e.get('status')}</td>"
+                   f"<td>{html.escape(note)}</td><td>{files}</td></tr>")
+    return "".join(out) + "</table>"
+
+
+def _parity_table(rows: list[dict]) -> str:
+    head = "".join(f"<th>{m}</th>" for m in METRICS)
+    out = [f"<table><tr><th>target</th><th>variant</th><th>status</th><th>size / budget</th>{head}<th>runtime</th></tr>"]
+    for r in rows:
+        cells = []
+        for metric in METRICS:
+            value, gate = r["metrics"].get(metric), _gate_text(r["gate"], metric)
+            failed = _fails(r["gate"], metric, value)
+            klass = "fail" if failed else ("pass" if gate and value is not None else "")
+            cells.append(f"<td class='{klass}' data-metric='{metric}'>{fmt_metric(value)}"
+                         f"{'<br><small>' + gate + '</small>' if gate else ''}</td>")
+        out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}'>"
+                   f"<td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>"
+                   f"<td class='{r['status']}'>{r['status']}<br><small>{html.escape(r['reason'])}</small></td>"
+                   f"<td data-metric='size_bytes'>{fmt_bytes(r['bytes'])} / {fmt_bytes(r['budget'])}</td>"
+                   f"{''.join(cells)}<td><small>{html.escape(r['runtime'])}</small></td></tr>")
+    return "".join(out) + "</table>"
+
+
+def _fails(gate: dict, metric: str, value) -> bool:
+    if value is None:
+        return metric in gate.get("max", {}) or metric in gate.get("min", {})
+    if metric in gate.get("max", {}):
+        return value > gate["max"][metric]
+    if metric in gate.get("min", {}):
+        return value < gate["min"][metric]
+    return False
+
+
+def _bench_table(bench: dict | None) -> str:
+    if not bench or not bench.get("rows"):
+        return "<p>No benchmark yet: run <code>invoke bench</code>.</p>"
+    out = [f"<p>{html.escape(str(bench.get('host', '')))} {html.escape(str(bench.get('timestamp', '')))}</p><table>"
+           "<tr><th>case</th><th>runtime</th><th>batch</th><th>threads</th><th>median ms</th><th>p90 ms</th><th>runs</th></tr>"]
+    for r in bench["rows"]:
+        out.append("<tr>" + "".join(f"<td>{html.escape(fmt_metric(r.get(k)))}</td>"
+                                    for k in ("case", "runtime", "batch", "threads", "median_ms", "p90_ms", "runs")) + "</tr>")
+    return "".join(out) + "</table>"
+
+
+def _pictures(heldout: GoldenSplit, runs: list[dict], manifest: dict) -> str:
+    not_run = [f"{r['target']} {r['variant']}" for r in variant_rows(manifest)
+               if not any(x["target"] == r["target"] and x["variant"] == r["variant"] for x in runs)]
+    parts = ["<p>Heatmap: relevance (0 dark, 1 bright); green squares: the top-K patches. "
+             "Each panel's caption gives its top-K overlap with eager PyTorch on that photo.</p>"]
+    if not_run:
+        parts.append(f"<p>No maps (runtime not run on this host, or not rebuilt since the checkpoint changed): "
+                     f"{html.escape(', '.join(not_run))}</p>")
+    for name in SHOWN_SAMPLES:
+        if name in heldout.names:
+            png = sample_figure(heldout, heldout.names.index(name), runs)
+            parts.append(f"<h3>{html.escape(name)}</h3><img alt='{html.escape(name)}' src='data:image/png;base64,{png}'>")
+    return "\n".join(parts)
+
+
+def render_markdown(manifest: dict, bench: dict | None) -> str:
+    lines = ["# arrcoc-edge build report", "",
+             f"Checkpoint `{manifest.get('checkpoint', {}).get('path')}` "
+             f"(sha256 `{manifest.get('checkpoint', {}).get('sha256', '')[:16]}…`). Full report with pictures: `report.html`.", "",
+             "| target | variant | status | size / budget | relevance max abs | top-K mean | top-K min | reason |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in variant_rows(manifest):
+        m = r["metrics"]
+        lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {fmt_bytes(r['bytes'])} / {fmt_bytes(r['budget'])} | "
+                     f"{fmt_metric(m.get('relevance_max_abs'))} | {fmt_metric(m.get('topk_overlap_mean'))} | "
+                     f"{fmt_metric(m.get('topk_overlap_min'))} | {r['reason'].replace('|', '/')} |")
+    if bench and bench.get("rows"):
+        lines += ["", "## Latency (latest `invoke bench`)", "", "| case | runtime | batch | threads | median ms |", "|---|---|---|---|---|"]
+        lines += [f"| {r.get('case')} | {r.get('runtime')} | {r.get('batch')} | {r.get('threads')} | {fmt_metric(r.get('median_ms'))} |"
+                  for r in bench["rows"]]
+    return "\n".join(lines) + "\n"

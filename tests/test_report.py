@@ -1,0 +1,111 @@
+"""The build report: written by every build, its numbers equal the manifest's, and it renders in
+headless Chromium with every image loaded and no console errors."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from pipeline.report import METRICS, fmt_bytes, fmt_metric
+from test_build import published  # noqa: F401  (one ONNX build per session, shared)
+
+pytestmark = pytest.mark.slow
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+class _Cells(HTMLParser):
+    """Collect (target, variant, metric) -> cell text from the parity table."""
+
+    def __init__(self):
+        super().__init__()
+        self.row, self.metric, self.cells, self.images = {}, None, {}, 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "data-variant" in a:
+            self.row = {"target": a["data-target"], "variant": a["data-variant"]}
+        elif tag == "td" and "data-metric" in a and self.row:
+            self.metric = a["data-metric"]
+            self.cells[(self.row["target"], self.row["variant"], self.metric)] = ""
+        elif tag == "img":
+            self.images += 1
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self.metric = None
+
+    def handle_data(self, data):
+        if self.metric:
+            key = (self.row["target"], self.row["variant"], self.metric)
+            self.cells[key] += data
+
+
+def test_every_build_writes_both_reports(published):
+    assert (published / "report.html").stat().st_size > 10_000
+    md = (published / "REPORT.md").read_text()
+    assert "| onnx | fp32 | verified |" in md
+
+
+def test_report_numbers_equal_the_manifest(published):
+    manifest = json.loads((published / "manifest.json").read_text())
+    parser = _Cells()
+    parser.feed((published / "report.html").read_text())
+    checked = 0
+    for target, entry in manifest["targets"].items():
+        for variant, v in entry.get("variants", {}).items():
+            for metric in METRICS:
+                cell = parser.cells[(target, variant, metric)]
+                assert cell.startswith(fmt_metric(v["parity"]["metrics"].get(metric))), (target, variant, metric, cell)
+                checked += 1
+            size = parser.cells[(target, variant, "size_bytes")]
+            assert size == f"{fmt_bytes(v['size']['bytes'])} / {fmt_bytes(v['size']['budget'])}"
+    assert checked >= len(METRICS)
+    # the size chart + one side-by-side figure per shown photo
+    assert parser.images >= 4
+
+
+def test_report_shows_bench_results_when_present(published, tmp_path):
+    from pipeline.golden import build_golden_set
+    from pipeline.checkpoint import load_checkpoint
+    from pipeline.cli import DEFAULT_CHECKPOINT
+    from pipeline.report import write_report
+
+    out = tmp_path / "out"
+    shutil.copytree(published, out)
+    rows = [{"case": "relevance", "runtime": "onnxruntime fp32", "batch": 1, "threads": 1,
+             "median_ms": 1.234, "p90_ms": 1.5, "runs": 50}]
+    (out / "bench.json").write_text(json.dumps({"host": "test", "timestamp": "now", "rows": rows}))
+    ckpt = load_checkpoint(DEFAULT_CHECKPOINT)
+    write_report(out, build_golden_set(ckpt.model, ckpt.config).heldout, log=lambda m: None)
+    page = (out / "report.html").read_text()
+    assert "<td>1.234</td>" in page and "onnxruntime fp32" in page
+    assert "| relevance | onnxruntime fp32 | 1 | 1 | 1.234 |" in (out / "REPORT.md").read_text()
+
+
+def test_report_renders_in_chromium(published):
+    playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    errors = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((published / "report.html").as_uri())
+        page.wait_for_load_state("load")
+        loaded = page.evaluate("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+        status = page.inner_text("tr[data-target='onnx'] td[data-field='status']")
+        out = Path(__file__).resolve().parent.parent / "test-output"
+        out.mkdir(exist_ok=True)
+        page.screenshot(path=str(out / "report.png"), full_page=True)
+        browser.close()
+    assert loaded and all(loaded), loaded
+    assert status == "published"
+    assert errors == []
