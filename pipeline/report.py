@@ -211,7 +211,7 @@ def size_figure(rows: list[dict], onnx_bytes: int | None) -> str:
     ax.set_yticks(ypos, labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("KB")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(fig)
 
 
