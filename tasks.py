@@ -35,12 +35,50 @@ def verify(c, out=None):
         raise Exit(code=code)
 
 
+@task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)"})
+def serve(c, out=None, port=8000):
+    """Serve the built web demo on localhost with cross-origin isolation (multi-threaded WASM)."""
+    from pathlib import Path
+
+    from pipeline import cli
+    from pipeline.errors import ArrcocError
+    from pipeline.serve import serve_forever
+
+    try:
+        serve_forever((Path(out) if out else cli.DEFAULT_OUT) / "web", int(port))
+    except ArrcocError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        raise Exit(code=exc.exit_code)
+
+
 @task(help={"out": "output folder to empty; default: artifacts/"})
 def clean(c, out=None):
     """Remove published artifacts, the manifest, staging leftovers and the export cache."""
     from pipeline import cli
 
     cli.clean(out)
+
+
+@task(help={"out": "output folder with published artifacts; default: artifacts/",
+            "runs": "timed rounds per case (median and p90 are reported)"})
+def bench(c, out=None, runs=50):
+    """Latency of torch eager and every published runtime, side by side (not a test)."""
+    from pipeline import cli
+
+    code = cli.bench(out, int(runs))
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",
+            "steps": "Adam steps (default 1500)", "seed": "initialisation and batch-order seed (default 0)"})
+def train(c, out=None, steps=None, seed=None):
+    """Train the participatory scorer and tension balancer on scenes with ground truth (CPU, minutes)."""
+    from pipeline.train import main
+
+    code = main(out, steps, seed)
+    if code:
+        raise Exit(code=code)
 
 
 @task

@@ -147,3 +147,22 @@ def clean(out: str | None) -> None:
     for name in ("manifest.json", ".lock", "report.html", "REPORT.md"):
         (root / name).unlink(missing_ok=True)
     print(f"cleaned {root}")
+
+
+def bench(out: str | None, runs: int) -> int:
+    """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
+    import targets as target_table
+
+    from .bench import format_rows, run_bench
+
+    root = Path(out) if out else DEFAULT_OUT
+    try:
+        result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True))
+    except ArrcocError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    print()
+    print(format_rows(result["rows"]))
+    print(f"\nmedian of {runs} interleaved rounds per case on {result['host']}; "
+          f"x = torch eager median / this median at the same batch and threads; written to {root / 'bench.json'}")
+    return 0

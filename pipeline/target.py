@@ -6,6 +6,8 @@ A target is one module in `targets/`, registered in `targets/__init__.py`. It de
   capability          what its verifier needs from the host ("cpu", "macOS", "NVIDIA GPU ...")
   depends_on / uses   targets whose staged outputs it needs (hard) or uses when present (soft)
 and implements:
+  check_options(options, cfg)        validate user options (e.g. --calibration) before ANY stage runs,
+                                     so bad input fails the whole build with nothing published
   build(ctx)          -> [Variant]   write files into ctx.staging, one Variant per model flavour
   inspect(ctx, v)     -> [str]       structural checks that always run (I/O contract, op list...)
   load(ctx, v)        -> Runner      the artifact in its real runtime; raise HostCapabilityError
@@ -102,6 +104,9 @@ class Target:
                 f"{extra} (or run scripts/setup.sh)",
             )
 
+    def check_options(self, options: dict, config) -> None:
+        """Raise InputError for bad user options; runs before any stage of the build."""
+
     def build(self, ctx: BuildContext) -> list[Variant]:
         raise NotImplementedError
 
@@ -111,11 +116,10 @@ class Target:
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         raise NotImplementedError
 
-    def bench(self, out: Path, settings: dict) -> list[dict]:
-        """Optional: latency rows for `invoke bench` from the published artifacts in `out`.
-
-        Each row: {"case", "runtime", "batch", "threads", "median_ms", "p90_ms", "runs"}.
-        """
+    def bench_cases(self, out: Path, entry: dict) -> list:
+        """Optional: `pipeline.bench.BenchCase`s for `invoke bench`, built from this target's
+        published files in `out` (`entry` is its manifest entry). The harness times every
+        target's cases side by side, interleaved, on the same real inputs."""
         return []
 
 

@@ -8,8 +8,9 @@ from pipeline.errors import InputError
 from pipeline.target import Target
 
 from .onnx import OnnxTarget
+from .onnx_int8 import OnnxInt8Target
 
-TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(),)}
+TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target())}
 
 # Names that expand to several targets.
 GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TARGETS)}

@@ -157,3 +157,31 @@ def ort_runner(path: Path, level: str = "ORT_ENABLE_ALL") -> Runner:
 
 def param_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def strip_metadata_file(path: Path) -> None:
+    """strip_metadata on a file in place (quantised models carry the same stack traces)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    strip_metadata(model)
+    onnx.save(model, str(path))
+
+
+def ort_bench_cases(out: Path, entry: dict, variants: tuple[str, ...]) -> list:
+    """Benchmark cases for published ONNX/.ort variants of a manifest entry: one per variant and
+    thread count, each a callable taking the input dict (the harness times them side by side)."""
+    from pipeline.bench import BenchCase
+
+    cases = []
+    for name in variants:
+        v = entry.get("variants", {}).get(name)
+        if not v or v.get("status") == "failed":
+            continue
+        path = out / v["files"][0]
+        for threads in (1, 0):
+            session = ort_session(path, threads=threads)
+            run = lambda inputs, s=session: s.run(None, inputs)
+            label = f"onnxruntime {name}" + (" (1 thread)" if threads == 1 else " (default threads)")
+            cases.append(BenchCase(label, run, threads or None))
+    return cases

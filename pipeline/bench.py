@@ -1,0 +1,101 @@
+"""`invoke bench`: latency of every published runtime, measured side by side in one process.
+
+Cases (torch eager plus whatever each published target offers through `Target.bench_cases`) run
+interleaved, one call each per round, on the same real held-out photos, so a noisy neighbour
+slows every case alike. Reported: median and p90 over many rounds, and the ratio of each
+median to torch eager at the same batch and thread setting. Results go to OUT/bench.json (the
+build report shows them). A benchmark, not a test: nothing here passes or fails on speed.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import InputError
+
+
+@dataclass
+class BenchCase:
+    runtime: str  # what the table shows, e.g. "onnxruntime int8 (1 thread)"
+    run: Callable[[dict], Any]  # inputs {"image", "query"} -> anything
+    threads: int | None  # 1 or None (the runtime's default)
+
+
+def torch_cases(model) -> list[BenchCase]:
+    import torch
+
+    default = torch.get_num_threads()
+
+    def eager(threads):
+        def run(inputs):
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                model(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))
+        return run
+
+    return [BenchCase("torch eager (1 thread)", eager(1), 1), BenchCase("torch eager (default threads)", eager(default), None)]
+
+
+def time_cases(cases: list[BenchCase], inputs: dict, runs: int, warmup: int = 3) -> list[list[float]]:
+    """Interleaved rounds: every case once per round. Returns milliseconds per case."""
+    for case in cases:
+        for _ in range(warmup):
+            case.run(inputs)
+    times: list[list[float]] = [[] for _ in cases]
+    for _ in range(runs):
+        for i, case in enumerate(cases):
+            start = time.perf_counter()
+            case.run(inputs)
+            times[i].append((time.perf_counter() - start) * 1000.0)
+    return times
+
+
+def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int) -> list[dict]:
+    baseline = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("torch eager")}
+    rows = []
+    for case, t in zip(cases, times):
+        median = float(np.median(t))
+        rows.append({"case": f"batch {batch}", "runtime": case.runtime, "batch": batch,
+                     "threads": case.threads or "default", "median_ms": round(median, 4),
+                     "p90_ms": round(float(np.percentile(t, 90)), 4), "runs": len(t),
+                     "vs_torch_eager": round(baseline[case.threads] / median, 3) if case.threads in baseline else None})
+    return rows
+
+
+def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print) -> dict:
+    from .checkpoint import load_checkpoint
+    from .golden import build_golden_set
+    from .publish import read_manifest, write_json_atomic
+
+    manifest = read_manifest(out)
+    if not manifest.get("targets"):
+        raise InputError(f"no published artifacts in {out}", "run `invoke build` first")
+    ckpt = load_checkpoint(manifest["checkpoint"]["path"])
+    heldout = build_golden_set(ckpt.model, ckpt.config).heldout
+    cases = torch_cases(ckpt.model)
+    for name, entry in manifest["targets"].items():
+        if entry.get("status") in ("published",) and name in targets:
+            cases += targets[name].bench_cases(out, entry)
+    rows = []
+    for batch in batches:
+        log(f"bench: batch {batch}, {len(cases)} cases x {runs} interleaved rounds")
+        rows += rows_for(cases, time_cases(cases, heldout.inputs(0, batch), runs), batch)
+    result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
+              "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
+              "checkpoint_sha256": ckpt.sha256, "rows": rows}
+    write_json_atomic(out / "bench.json", result)
+    return result
+
+
+def format_rows(rows: list[dict]) -> str:
+    head = ("case", "runtime", "median ms", "p90 ms", "x vs torch eager")
+    table = [head] + [(r["case"], r["runtime"], f"{r['median_ms']:.3f}", f"{r['p90_ms']:.3f}",
+                       "-" if r["vs_torch_eager"] is None else f"{r['vs_torch_eager']:.2f}x") for r in rows]
+    widths = [max(len(str(r[i])) for r in table) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)

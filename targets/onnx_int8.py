@@ -1,0 +1,334 @@
+"""ONNX INT8: static QDQ quantisation of the verified FP32 ONNX model, plus ORT-format copies.
+
+What gets quantised is chosen from data, not hard-coded: each candidate (a set of op types,
+optionally limited to the nodes that carry the checkpoint's learned weights) is quantised and
+measured on the calibration split; the best one that passes the INT8 gate is kept. TOOLCHAIN.md:
+quantising every op wrecks the ranking (the fixed colour/Sobel front end is the sensitive part),
+quantising only the learned layers works. If no INT8 candidate passes, 16-bit activations with
+8-bit weights (A16W8) are tried on the same candidates and published instead, named "a16w8".
+
+The calibration split (or the user's --calibration folder) is never the held-out split; the
+held-out split is what the core verifies every variant on, in onnxruntime.
+
+Variants: int8 (primary; a16w8 when INT8 cannot pass), fp32-ort and int8-ort (ORT format for
+ONNX Runtime Mobile, with required_operators.config), each verified in onnxruntime.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ExportError, GateError, InputError
+from pipeline.golden import MIN_CALIBRATION, QUERY_SEED, GoldenSplit, load_image_file, reference_outputs, seeded_queries
+from pipeline.parity import LOSSLESS, LOSSY, Gate, parity_metrics
+from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
+
+from . import onnx_common, ort_mobile
+
+SIZE_RATIO = 0.35  # INT8 model bytes vs the FP32 ONNX artifact (both metadata-stripped)
+CALIBRATION_METHOD = "MinMax"
+CALIBRATION_BATCH = 4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One choice of what to quantise: op types, optionally only nodes with learned weights."""
+
+    name: str
+    op_types: tuple[str, ...]
+    learned_only: bool
+
+    def describe(self) -> dict:
+        return {"name": self.name, "op_types": list(self.op_types), "learned_only": self.learned_only}
+
+
+# From most to least quantised; the selection measures all of them and keeps the best passing one.
+CANDIDATES = (
+    Candidate("all-ops", (), False),  # () = every op type the quantiser supports
+    Candidate("conv-gemm-relu", ("Conv", "Gemm", "Relu"), False),
+    Candidate("learned-conv-gemm-relu", ("Conv", "Gemm", "Relu"), True),
+    Candidate("learned-gemm", ("Gemm",), True),
+)
+
+
+def int8_gate(fp32_bytes: int) -> Gate:
+    return Gate({**LOSSY.maxima, "size_bytes": int(fp32_bytes * SIZE_RATIO)}, LOSSY.minima, LOSSY.tie_tolerance)
+
+
+# ---------------------------------------------------------------- calibration data
+
+
+def calibration_split(ctx: BuildContext) -> tuple[GoldenSplit, str]:
+    """The calibration samples (with eager reference outputs) and where they came from."""
+    folder = ctx.options.get("calibration_dir")
+    if not folder:
+        return ctx.golden.calibration, "golden calibration split (photos disjoint from held-out)"
+    split = user_calibration_split(Path(folder), ctx.config)
+    split.expected = reference_outputs(ctx.checkpoint.model, split)
+    return split, f"user folder {folder}"
+
+
+def user_calibration_split(folder: Path, cfg) -> GoldenSplit:
+    """Every file in the folder must decode as an image: a stray file is an error, not skipped."""
+    if not folder.is_dir():
+        raise InputError(f"calibration folder {folder} does not exist", "pass --calibration DIR with a folder of photos")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if len(files) < MIN_CALIBRATION:
+        raise InputError(
+            f"calibration folder {folder} has {len(files)} image(s), fewer than {MIN_CALIBRATION}",
+            f"add at least {MIN_CALIBRATION} representative photos (never the held-out ones)",
+        )
+    images = np.stack([load_image_file(p, cfg.image_size) for p in files]).astype(np.float32)
+    # Seeded like the golden queries, from a seed of their own so they never repeat the held-out ones.
+    queries = seeded_queries(len(files), cfg.query_dim, seed=QUERY_SEED + 1)
+    return GoldenSplit([p.name for p in files], images, queries)
+
+
+class _Reader:
+    """onnxruntime CalibrationDataReader over a split, in small batches."""
+
+    def __init__(self, split: GoldenSplit):
+        self.batches = [split.inputs(s, s + CALIBRATION_BATCH) for s in range(0, len(split), CALIBRATION_BATCH)]
+        self.pos = 0
+
+    def get_next(self):
+        if self.pos >= len(self.batches):
+            return None
+        self.pos += 1
+        return self.batches[self.pos - 1]
+
+    def rewind(self):
+        self.pos = 0
+
+
+def make_reader(split: GoldenSplit):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    # subclass at call time: onnxruntime.quantization is imported only when this target runs
+    return type("SplitReader", (_Reader, CalibrationDataReader), {})(split)
+
+
+# ---------------------------------------------------------------- quantisation
+
+
+def learned_weight_names(ctx: BuildContext) -> set[str]:
+    """Parameters of the checkpoint (learned); buffers such as Sobel kernels are fixed."""
+    return {name for name, _ in ctx.checkpoint.model.named_parameters()}
+
+
+def nodes_for(candidate: Candidate, model, learned: set[str]) -> list[str] | None:
+    """Node names to quantise for a candidate; None = every node of the op types."""
+    if not candidate.learned_only:
+        return None
+    weighted = [n for n in model.graph.node if n.op_type in ("Conv", "Gemm", "MatMul") and any(i in learned for i in n.input)]
+    chosen = {n.name for n in weighted if n.op_type in candidate.op_types}
+    producers = {o: n.name for n in model.graph.node if n.name in chosen for o in n.output}
+    # an activation right after a chosen layer is quantised with it (QDQ fuses Conv+Relu)
+    chosen |= {n.name for n in model.graph.node if n.op_type in candidate.op_types and n.op_type == "Relu"
+               and any(i in producers for i in n.input)}
+    return sorted(chosen)
+
+
+def quantize(src: Path, dst: Path, split: GoldenSplit, candidate: Candidate, learned: set[str], a16: bool) -> dict:
+    """Quantise src into dst for one candidate; returns what was quantised (op types, node count)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    model = onnx.load(str(src))
+    nodes = nodes_for(candidate, model, learned)
+    if nodes == []:
+        raise ExportError(f"candidate {candidate.name} selects no node", "check the model has learned Conv/Gemm layers")
+    with _quiet_quantizer():
+        quantize_static(
+            str(src), str(dst), make_reader(split),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=list(candidate.op_types) or None,
+            nodes_to_quantize=nodes,
+            per_channel=False,
+            activation_type=QuantType.QUInt16 if a16 else QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=getattr(CalibrationMethod, CALIBRATION_METHOD),
+            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
+        )
+    onnx_common.strip_metadata_file(dst)  # stripped like the FP32 file, so the size ratio is fair
+    return quantized_summary(model, onnx.load(str(dst)))
+
+
+@contextlib.contextmanager
+def _quiet_quantizer():
+    """The quantiser logs advice on the root logger (pre-processing hints) for every candidate."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def quantized_summary(fp32, quantized) -> dict:
+    """Nodes that now compute in the quantised domain: they read a dequantised tensor and their
+    output is quantised again (QDQ around them). Their op types and count go in the manifest."""
+    dq_out = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    q_in = {i for n in quantized.graph.node if n.op_type == "QuantizeLinear" for i in n.input}
+    hit = [n for n in quantized.graph.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+           and any(i in dq_out for i in n.input) and any(o in q_in for o in n.output)]
+    counts: dict[str, int] = {}
+    for n in hit:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return {
+        "quantized_op_types": dict(sorted(counts.items())),
+        "quantized_node_count": len(hit),
+        "qdq_pairs": sum(1 for n in quantized.graph.node if n.op_type == "QuantizeLinear"),
+        "fp32_node_count": len(fp32.graph.node),
+    }
+
+
+def measure(path: Path, split: GoldenSplit, tie_tolerance: float) -> dict:
+    """Parity of a model on a split (the calibration split during selection), in onnxruntime."""
+    from pipeline.build import run_split
+
+    runner = onnx_common.ort_runner(path)
+    got = run_split(runner, split)
+    metrics = parity_metrics(split.expected, got, tie_tolerance)
+    metrics["size_bytes"] = path.stat().st_size
+    return metrics
+
+
+def select(ctx: BuildContext, fp32: Path, split: GoldenSplit, a16: bool) -> tuple[Path | None, dict | None, list[dict]]:
+    """Quantise with every candidate, measure on the calibration split, keep the best that passes."""
+    gate = int8_gate(fp32.stat().st_size)
+    learned = learned_weight_names(ctx)
+    scratch = ctx.staging / ".candidates"
+    scratch.mkdir(exist_ok=True)
+    results, best = [], None
+    for cand in CANDIDATES:
+        path = scratch / f"{cand.name}{'-a16' if a16 else ''}.onnx"
+        summary = quantize(fp32, path, split, cand, learned, a16)
+        metrics = measure(path, split, gate.tie_tolerance)
+        failures = gate.failures(metrics)
+        row = {**cand.describe(), **summary, "activations": "uint16" if a16 else "int8", "passed": not failures,
+               "failures": failures, **{k: metrics[k] for k in _SELECTION_KEYS}}
+        results.append(row)
+        ctx.log(f"[onnx-int8] candidate {cand.name} ({row['activations']} activations): top-K "
+                f"{metrics['topk_overlap_mean']:.3f} (min {metrics['topk_overlap_min']:.3f}), "
+                f"rel mean {metrics['relevance_mean_abs']:.1e}, {metrics['size_bytes']} B"
+                f"{'' if not failures else ' -> rejected: ' + ', '.join(failures)}")
+        # best = highest overlap, then lowest error, then smallest file
+        key = (metrics["topk_overlap_mean"], metrics["topk_overlap_min"], -metrics["relevance_mean_abs"], -metrics["size_bytes"])
+        if not failures and (best is None or key > best[0]):
+            best = (key, path, row)
+    return (best[1], best[2], results) if best else (None, None, results)
+
+
+_SELECTION_KEYS = ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "relevance_max_abs", "size_bytes")
+
+
+# ---------------------------------------------------------------- the target
+
+
+class OnnxInt8Target(Target):
+    name = "onnx-int8"
+    summary = "ONNX INT8 (static QDQ, learned layers chosen on calibration data) + ORT-format for ORT Mobile"
+    extra = "int8"
+    modules = ("onnx", "onnxruntime", "onnxruntime.quantization")
+    capability = "cpu (onnxruntime)"
+    depends_on = ("onnx",)
+
+    def check_options(self, options: dict, config) -> None:
+        if options.get("calibration_dir"):
+            user_calibration_split(Path(options["calibration_dir"]), config)  # every file must decode
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        split, source = calibration_split(ctx)
+        fp32 = upstream_fp32(ctx)
+        fp32_bytes = fp32.stat().st_size
+        calibration = {"source": source, "count": len(split), "sha256": split.sha256, "method": CALIBRATION_METHOD,
+                       "heldout_sha256": ctx.golden.heldout.sha256}
+        chosen, row, tried = select(ctx, fp32, split, a16=False)
+        flavour = "int8"
+        if chosen is None:
+            ctx.log("[onnx-int8] no INT8 candidate passes on the calibration split: trying A16W8")
+            chosen, row, tried16 = select(ctx, fp32, split, a16=True)
+            tried += tried16
+            flavour = "a16w8"
+        if chosen is None:
+            raise GateError(
+                "no quantisation candidate (INT8 or A16W8) passes the gate on the calibration split: "
+                + "; ".join(f"{r['name']}/{r['activations']}: {', '.join(r['failures'])}" for r in tried),
+                "keep the FP32 onnx target for this checkpoint, or calibrate with more representative photos",
+            )
+        model = ctx.staging / f"model.{flavour}.onnx"
+        chosen.replace(model)
+        _remove_tree(ctx.staging / ".candidates")
+        quant_info = {
+            "format": "QDQ", "per_channel": False, "activations": row["activations"], "weights": "int8",
+            "candidate": row["name"], "quantized_op_types": row["quantized_op_types"],
+            "quantized_node_count": row["quantized_node_count"], "calibration": calibration,
+            "candidates": tried, "fp32_onnx_bytes": fp32_bytes,
+            "size_ratio_vs_fp32": round(model.stat().st_size / fp32_bytes, 4),
+        }
+        gate = int8_gate(fp32_bytes)
+        variants = [Variant(flavour, [model], gate, gate.maxima["size_bytes"], primary=True, info=quant_info)]
+        variants += self._ort_variants(ctx, fp32, model, flavour, fp32_bytes)
+        return variants
+
+    def _ort_variants(self, ctx, fp32: Path, quantized: Path, flavour: str, fp32_bytes: int) -> list[Variant]:
+        ctx.log("[onnx-int8] converting FP32 and quantised models to ORT format")
+        converted = ort_mobile.convert(
+            {"model.fp32.ort": fp32, f"model.{flavour}.ort": quantized}, ctx.staging, ctx.log
+        )
+        fp32_ort, q_ort = converted["model.fp32.ort"], converted[f"model.{flavour}.ort"]
+        info = ort_mobile.describe(ctx.staging)
+        fp32_budget = int(fp32_bytes * 1.25)  # the FP32 .ort re-serialises the same weights
+        fp32_gate = Gate({**LOSSLESS.maxima, "size_bytes": fp32_budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
+        # The ORT format adds a fixed cost per graph (node and kernel tables: ~55 KB here, measured
+        # as fp32.ort - fp32.onnx), not per weight; the quantised .ort gets the INT8 budget plus
+        # that measured overhead, so it is held to the same 35% rule for what it actually stores.
+        overhead = max(0, fp32_ort.stat().st_size - fp32_bytes)
+        q_budget = int(fp32_bytes * SIZE_RATIO) + overhead
+        q_gate = Gate({**LOSSY.maxima, "size_bytes": q_budget}, LOSSY.minima, LOSSY.tie_tolerance)
+        info["ort_format_overhead_bytes"] = overhead
+        ratio = lambda p: round(p.stat().st_size / fp32_bytes, 4)  # noqa: E731
+        return [
+            Variant("fp32-ort", [fp32_ort], fp32_gate, fp32_budget,
+                    info={**info, "source": "onnx/model.onnx", "size_ratio_vs_fp32_onnx": ratio(fp32_ort)}),
+            Variant(f"{flavour}-ort", [q_ort], q_gate, q_budget,
+                    info={**info, "source": quantized.name, "size_ratio_vs_fp32_onnx": ratio(q_ort),
+                          "size_ratio_vs_fp32_ort": round(q_ort.stat().st_size / fp32_ort.stat().st_size, 4)}),
+        ]
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        path = variant.files[0]
+        checks = []
+        if path.suffix == ".onnx":
+            onnx_common.check_onnx(path)
+            checks.append("onnx.checker (full_check) passed")
+        else:
+            checks.append(f"ORT format {ort_mobile.ort_format_version(path)}; operators listed in required_operators.config")
+        return checks + onnx_common.check_io_contract(onnx_common.ort_session(path), ctx.config)
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        return onnx_common.ort_runner(variant.files[0])
+
+    def bench_cases(self, out: Path, entry: dict) -> list:
+        # every published flavour: the quantised .onnx and both .ort files, timed in onnxruntime
+        return onnx_common.ort_bench_cases(out, entry, tuple(entry.get("variants", {})))
+
+
+def upstream_fp32(ctx: BuildContext) -> Path:
+    """The FP32 model the onnx stage just verified in this run: quantise exactly that file."""
+    stage = ctx.upstream.get("onnx")
+    if stage is None or not stage.publishable or stage.primary is None:
+        raise ExportError("the onnx stage did not produce a verified FP32 model", "build --target onnx and fix its failure first")
+    return expect_file(stage.primary.variant.files[0], "the FP32 ONNX model")
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,97 @@
+"""ONNX -> ORT format (.ort) for ONNX Runtime Mobile, with its required_operators.config.
+
+Uses onnxruntime's own converter (`python -m onnxruntime.tools.convert_onnx_models_to_ort`) in a
+subprocess of this venv's interpreter: it prints freely and reads its optimisation level from an
+environment variable, neither of which should leak into the build process.
+
+Choices, and why:
+- optimisation level "extended", not the converter's default "all": "all" adds layout
+  transforms (NCHWc) that are specific to the converting x86 CPU, while the .ort is meant for
+  phones; "extended" bakes in the portable fusions (including QDQ -> quantised kernels).
+- target platform "arm": keeps signed-int8 QDQ fusions, which is what Android/iOS CPUs run;
+  the same file still runs on this x86 host, where it is verified.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline.errors import ExportError
+
+OPTIMIZATION_LEVEL = "extended"
+TARGET_PLATFORM = "arm"
+CONFIG_NAME = "required_operators.config"
+
+
+def convert(models: dict[str, Path], dest: Path, log) -> dict[str, Path]:
+    """{output .ort name: source .onnx} -> {output name: path in dest}; also writes dest/CONFIG_NAME
+    listing the operators all of them need (one config for one ORT Mobile custom build)."""
+    with tempfile.TemporaryDirectory(prefix="ort-convert-") as tmp:
+        src_dir, out_dir = Path(tmp, "in"), Path(tmp, "out")
+        src_dir.mkdir()
+        for ort_name, src in models.items():
+            shutil.copyfile(src, src_dir / (Path(ort_name).stem + ".onnx"))
+        _run_converter(src_dir, out_dir)
+        written = {}
+        for ort_name in models:
+            produced = next(out_dir.glob(Path(ort_name).stem + "*.ort"), None)
+            if produced is None:
+                raise ExportError(f"ORT converter wrote no {ort_name}", "rerun with --verbose to see its output")
+            written[ort_name] = dest / ort_name
+            shutil.move(str(produced), written[ort_name])
+        config = next(out_dir.glob("required_operators*.config"), None)
+        if config is None:
+            raise ExportError("ORT converter wrote no required_operators.config", "rerun with --verbose")
+        shutil.move(str(config), dest / CONFIG_NAME)
+    log(f"[ort] wrote {', '.join(written)} and {CONFIG_NAME} (level {OPTIMIZATION_LEVEL}, platform {TARGET_PLATFORM})")
+    return written
+
+
+def _run_converter(src_dir: Path, out_dir: Path) -> None:
+    cmd = [sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(src_dir),
+           "--output_dir", str(out_dir), "--optimization_style", "Fixed", "--target_platform", TARGET_PLATFORM]
+    env = {**os.environ, "ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL": OPTIMIZATION_LEVEL}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+        raise ExportError(f"ORT format conversion failed: {last[:200]}", "check the model loads in onnxruntime; rerun with --verbose")
+
+
+def describe(dest: Path) -> dict:
+    """What the manifest records about the conversion."""
+    import onnxruntime
+
+    ops = operators(dest / CONFIG_NAME)
+    return {
+        "format": "ORT (flatbuffers) for ONNX Runtime Mobile",
+        "converter": f"onnxruntime.tools.convert_onnx_models_to_ort {onnxruntime.__version__}",
+        "optimization_style": "Fixed",
+        "optimization_level": OPTIMIZATION_LEVEL,
+        "target_platform": TARGET_PLATFORM,
+        "required_operators_config": CONFIG_NAME,
+        "required_operator_count": sum(len(v) for v in ops.values()),
+    }
+
+
+def operators(config: Path) -> dict[str, list[str]]:
+    """required_operators.config lines: `domain;opset;Op1,Op2` -> {"domain:opset": [ops]}."""
+    out: dict[str, list[str]] = {}
+    for line in config.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        domain, opset, ops = line.split(";", 2)
+        out[f"{domain}:{opset}"] = sorted(ops.split(","))
+    return out
+
+
+def ort_format_version(path: Path) -> str:
+    """The ORT flatbuffer file identifier ('ORTM' at byte 4) proves it is an ORT-format model."""
+    head = path.read_bytes()[:8]
+    if head[4:8] != b"ORTM":
+        raise ExportError(f"{path.name} is not an ORT-format model", "rebuild the onnx-int8 target")
+    return "ORTM flatbuffer"

@@ -1,0 +1,40 @@
+"""`invoke bench`: a benchmark, not a test of speed; checked here for what it writes and prints."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+
+ROW_KEYS = {"case", "runtime", "batch", "threads", "median_ms", "p90_ms", "runs"}
+
+
+@pytest.mark.slow
+def test_bench_writes_rows_side_by_side(tmp_path):
+    out = tmp_path / "out"
+    build = run_cli("build", "--target", "onnx", "--out", str(out))
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+
+    proc = run_cli("bench", "--out", str(out), "--runs", "3")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "x vs torch eager" in proc.stdout
+
+    data = json.loads((out / "bench.json").read_text())
+    assert data["host"] and data["timestamp"] and data["runs"] == 3
+    rows = data["rows"]
+    assert all(ROW_KEYS <= set(r) and r["runs"] == 3 and r["median_ms"] > 0 for r in rows)
+    # every runtime at both batch sizes and both thread settings, from one interleaved run
+    want = {(rt, b, t) for rt in ("torch eager", "onnxruntime fp32") for b in (1, 8) for t in (1, "default")}
+    have = {(r["runtime"].split(" (")[0], r["batch"], r["threads"]) for r in rows}
+    assert want <= have
+    eager = [r for r in rows if r["runtime"].startswith("torch eager")]
+    assert all(r["vs_torch_eager"] == 1.0 for r in eager)
+
+
+def test_bench_without_artifacts_is_a_clear_error(tmp_path):
+    proc = run_cli("bench", "--out", str(tmp_path), "--runs", "2")
+    assert proc.returncode != 0
+    assert "no published artifacts" in proc.stderr and "-> fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "bench.json").exists()

@@ -1,0 +1,173 @@
+"""onnx-int8: one real build per session (onnx + onnx-int8 through the CLI), then the manifest,
+the ORT-format files, the candidate selection, and bad calibration input that must publish nothing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def int8_out(tmp_path_factory):
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("int8-out")
+    proc = run_cli("build", "--target", "onnx-int8", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _entry(out: Path) -> dict:
+    return _manifest(out)["targets"]["onnx-int8"]
+
+
+def test_int8_published_within_gate(int8_out, golden):
+    entry = _entry(int8_out)
+    assert entry["status"] == "published"
+    variants = entry["variants"]
+    assert set(variants) == {"int8", "fp32-ort", "int8-ort"}
+    for name, v in variants.items():
+        assert v["status"] == "verified" and v["parity"]["passed"], name
+        assert v["parity"]["metrics"]["samples"] == len(golden.heldout)
+    int8 = variants["int8"]
+    m = int8["parity"]["metrics"]
+    assert m["topk_overlap_mean"] >= 0.98 and m["topk_overlap_min"] >= 0.95 and m["relevance_mean_abs"] <= 0.01
+    fp32_bytes = (int8_out / _manifest(int8_out)["targets"]["onnx"]["variants"]["fp32"]["files"][0]).stat().st_size
+    int8_bytes = (int8_out / int8["files"][0]).stat().st_size
+    assert int8_bytes <= 0.35 * fp32_bytes
+    assert int8["info"]["size_ratio_vs_fp32"] == round(int8_bytes / fp32_bytes, 4)
+
+
+def test_quantisation_choice_recorded(int8_out, golden):
+    info = _entry(int8_out)["variants"]["int8"]["info"]
+    cal = info["calibration"]
+    # calibrated on the calibration split, which is disjoint from the held-out split
+    assert cal["sha256"] == golden.calibration.sha256 != golden.heldout.sha256
+    assert cal["count"] == len(golden.calibration) and cal["method"] == "MinMax"
+    chosen = next(c for c in info["candidates"] if c["name"] == info["candidate"])
+    assert chosen["passed"] and info["quantized_node_count"] == chosen["quantized_node_count"] > 0
+    assert set(info["quantized_op_types"]) <= {"Conv", "Gemm", "Relu", "MatMul"}
+    # every candidate was measured; quantising every op is measured to fail (TOOLCHAIN.md)
+    everything = next(c for c in info["candidates"] if c["name"] == "all-ops")
+    assert not everything["passed"] and everything["topk_overlap_mean"] < chosen["topk_overlap_mean"]
+
+
+def test_ort_files_load_and_list_operators(int8_out):
+    import onnxruntime as ort
+
+    folder = int8_out / "onnx-int8"
+    config = (folder / "required_operators.config").read_text()
+    assert "ai.onnx" in config and "TopK" in config
+    for name in ("model.fp32.ort", "model.int8.ort"):
+        path = folder / name
+        assert path.read_bytes()[4:8] == b"ORTM"
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert [o.name for o in session.get_outputs()] == ["relevance", "topk_indices", "weights"]
+
+
+def _write_photos(folder: Path, split, count: int) -> None:
+    folder.mkdir()
+    for i in range(count):
+        arr = (split.images[i].transpose(1, 2, 0) * 255).astype(np.uint8)
+        Image.fromarray(arr).save(folder / f"photo{i}.png")
+
+
+def _snapshot(out: Path) -> tuple:
+    entry = _entry(out)
+    return json.dumps(entry, sort_keys=True), {f["path"]: (out / f["path"]).read_bytes() for f in entry["files"]}
+
+
+def test_undecodable_calibration_image_publishes_nothing(int8_out, golden, tmp_path, cli):
+    folder = tmp_path / "cal"
+    _write_photos(folder, golden.calibration, 8)
+    (folder / "notes.png").write_text("not a picture")
+    before = _snapshot(int8_out)
+    manifest = (int8_out / "manifest.json").read_bytes()
+    proc = cli("build", "--target", "onnx-int8", "--out", str(int8_out), "--calibration", str(folder))
+    assert proc.returncode == 2  # input error, found before any stage ran
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "cannot be decoded" in line]
+    assert len(lines) == 1 and "input error" in lines[0] and "notes.png" in lines[0] and "-> fix:" in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert _snapshot(int8_out) == before  # the previous onnx-int8 entry and its files are untouched
+    assert (int8_out / "manifest.json").read_bytes() == manifest  # not even the onnx stage republished
+
+
+@pytest.mark.parametrize("count", [0, 3])
+def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
+    # same stage code path as the CLI test above; checked in-process to keep the suite short
+    from pipeline.errors import InputError
+    from targets.onnx_int8 import user_calibration_split
+
+    folder = tmp_path / "cal"
+    _write_photos(folder, golden.calibration, count)
+    with pytest.raises(InputError, match=f"has {count} image"):
+        user_calibration_split(folder, loaded.config)
+    with pytest.raises(InputError, match="does not exist"):
+        user_calibration_split(tmp_path / "missing", loaded.config)
+
+
+def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
+    from pipeline.golden import MIN_CALIBRATION
+    from targets.onnx_int8 import user_calibration_split
+
+    folder = tmp_path / "cal"
+    _write_photos(folder, golden.calibration, MIN_CALIBRATION)
+    split = user_calibration_split(folder, loaded.config)
+    assert len(split) == MIN_CALIBRATION and split.images.shape[1:] == (3, 224, 224)
+    assert split.sha256 != golden.calibration.sha256
+
+
+def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
+    """A size budget no candidate can meet: a GateError naming every candidate, INT8 and A16W8."""
+    from pipeline.build import StageResult, VariantReport
+    from pipeline.errors import GateError
+    from pipeline.parity import LOSSLESS
+    from pipeline.target import Variant
+    from targets import TARGETS
+    from targets import onnx_int8
+
+    fp32 = int8_out / "onnx" / "model.onnx"
+    upstream = StageResult(TARGETS["onnx"], "published",
+                           variants=[VariantReport(Variant("fp32", [fp32], LOSSLESS, 0, primary=True), "verified")])
+    monkeypatch.setattr(onnx_int8, "SIZE_RATIO", 0.05)
+    monkeypatch.setattr(onnx_int8, "CANDIDATES", onnx_int8.CANDIDATES[2:3])  # keep the test short
+    ctx = make_ctx(upstream={"onnx": upstream})
+    with pytest.raises(GateError) as err:
+        TARGETS["onnx-int8"].build(ctx)
+    msg = err.value.one_line()
+    assert "learned-conv-gemm-relu/int8" in msg and "learned-conv-gemm-relu/uint16" in msg and "size_bytes" in msg
+    assert not list(ctx.staging.glob("model.*"))
+
+
+def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
+    """The A16W8 fallback really quantises (16-bit activations) and is at least as close as INT8."""
+    from targets import onnx_int8
+
+    ctx = make_ctx()
+    cand = next(c for c in onnx_int8.CANDIDATES if c.name == "learned-conv-gemm-relu")
+    fp32 = int8_out / "onnx" / "model.onnx"
+    path = ctx.staging / "a16.onnx"
+    summary = onnx_int8.quantize(fp32, path, golden.calibration, cand, onnx_int8.learned_weight_names(ctx), a16=True)
+    metrics = onnx_int8.measure(path, golden.calibration, 1e-3)
+    assert summary["quantized_node_count"] > 0
+    assert metrics["topk_overlap_mean"] >= 0.98 and metrics["size_bytes"] <= 0.35 * fp32.stat().st_size
+
+
+def test_bench_times_int8_runtimes(int8_out):
+    import targets
+    from pipeline.bench import run_bench
+
+    result = run_bench(int8_out, targets.TARGETS, runs=2, batches=(1,), log=lambda m: None)
+    runtimes = {r["runtime"] for r in result["rows"]}
+    for name in ("int8", "fp32-ort", "int8-ort"):
+        assert f"onnxruntime {name} (1 thread)" in runtimes
+    assert all(r["median_ms"] > 0 and r["runs"] == 2 for r in result["rows"])
