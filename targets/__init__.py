@@ -7,10 +7,14 @@ from __future__ import annotations
 from pipeline.errors import InputError
 from pipeline.target import Target
 
+from .coreml import CoremlTarget
+from .executorch import ExecutorchTarget
+from .ios import IosTarget
 from .onnx import OnnxTarget
 from .onnx_int8 import OnnxInt8Target
+from .ptl import PtlTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target())}
+TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget())}
 
 # Names that expand to several targets.
 GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TARGETS)}

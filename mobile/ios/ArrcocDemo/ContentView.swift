@@ -1,0 +1,132 @@
+// Photo (library or bundled sample) + preset query -> relevance heatmap and top-K patch boxes.
+import PhotosUI
+import SwiftUI
+
+@MainActor
+final class DemoState: ObservableObject {
+    @Published var contract: Contract?
+    @Published var photo: UIImage?
+    @Published var preset: PresetItem?
+    @Published var prediction: Prediction?
+    @Published var status = "loading contract.json..."
+    private var model: RelevanceModel?
+
+    func start() async {
+        do {
+            let contract = try Contract.load()
+            self.contract = contract
+            preset = contract.presets.items.first
+            model = try await RelevanceModel(contract: contract)
+            status = "model \(model!.entry.file) (\(model!.entry.variant))"
+            if contract.presets.items.isEmpty { status = contract.presets.note ?? "no preset queries in contract.json" }
+            loadSample()
+        } catch {
+            status = error.localizedDescription
+        }
+    }
+
+    func loadSample() {
+        guard let contract, let url = try? contract.resourceURL(contract.app.sample_image) else { return }
+        photo = UIImage(contentsOfFile: url.path)
+        run()
+    }
+
+    func run() {
+        guard let contract, let model, let photo, let preset else { return }
+        do {
+            let image = try RelevanceModel.preprocess(photo, contract: contract)
+            prediction = try model.predict(image: image, query: preset.embedding)
+        } catch {
+            status = error.localizedDescription
+        }
+    }
+}
+
+struct ContentView: View {
+    @StateObject private var state = DemoState()
+    @State private var pickerItem: PhotosPickerItem?
+    @State private var showTopK = true
+    @State private var showCamera = false
+
+    var body: some View {
+        NavigationStack {
+            VStack(spacing: 12) {
+                if let photo = state.photo, let contract = state.contract {
+                    HeatmapView(photo: photo, prediction: state.prediction, grid: contract.model.grid, showTopK: showTopK)
+                        .aspectRatio(1, contentMode: .fit)
+                } else {
+                    ProgressView()
+                }
+                if let contract = state.contract, !contract.presets.items.isEmpty {
+                    Picker("Query", selection: $state.preset) {
+                        ForEach(contract.presets.items, id: \.self) { Text($0.text).tag(Optional($0)) }
+                    }
+                    .pickerStyle(.menu)
+                    .onChange(of: state.preset) { _, _ in state.run() }
+                }
+                if let p = state.prediction, let contract = state.contract {
+                    Text(zip(contract.model.weights_order, p.weights).map { "\($0) \(String(format: "%.2f", $1))" }.joined(separator: "  "))
+                        .font(.caption.monospaced())
+                }
+                Toggle("Top-\(state.contract?.model.top_k ?? 0) patches", isOn: $showTopK)
+                HStack {
+                    PhotosPicker("Photo…", selection: $pickerItem, matching: .images)
+                    if CameraPicker.isAvailable { Button("Camera") { showCamera = true } }
+                    Button("Sample") { state.loadSample() }
+                }
+                Text(state.status).font(.footnote).foregroundStyle(.secondary)
+            }
+            .padding()
+            .navigationTitle("ARR-COC relevance")
+        }
+        .task { await state.start() }
+        .sheet(isPresented: $showCamera) {
+            CameraPicker { image in
+                state.photo = image
+                state.run()
+            }
+        }
+        .onChange(of: pickerItem) { _, item in
+            Task {
+                if let data = try? await item?.loadTransferable(type: Data.self), let image = UIImage(data: data) {
+                    state.photo = image
+                    state.run()
+                }
+            }
+        }
+    }
+}
+
+/// The photo as the model sees it (centre square), relevance as a translucent heatmap on the
+/// grid x grid patches, and the top-K patches outlined.
+struct HeatmapView: View {
+    let photo: UIImage
+    let prediction: Prediction?
+    let grid: Int
+    let showTopK: Bool
+
+    var body: some View {
+        GeometryReader { geo in
+            let side = min(geo.size.width, geo.size.height)
+            ZStack {
+                Image(uiImage: photo).resizable().scaledToFill().frame(width: side, height: side).clipped()
+                if let p = prediction {
+                    Canvas { ctx, size in
+                        let cell = size.width / CGFloat(grid)
+                        let top = Set(p.topk)
+                        for idx in 0..<min(p.relevance.count, grid * grid) {
+                            // relevance[row * grid + col] (contract.model.patch_index)
+                            let rect = CGRect(x: CGFloat(idx % grid) * cell, y: CGFloat(idx / grid) * cell, width: cell, height: cell)
+                            ctx.fill(Path(rect), with: .color(.red.opacity(0.55 * Double(p.relevance[idx]))))
+                            if showTopK && top.contains(idx) {
+                                ctx.stroke(Path(rect.insetBy(dx: 1, dy: 1)), with: .color(.yellow), lineWidth: 1.5)
+                            }
+                        }
+                    }
+                    .frame(width: side, height: side)
+                }
+            }
+            .frame(width: geo.size.width, height: geo.size.height)
+        }
+    }
+}

@@ -1,0 +1,134 @@
+// contract.json, written by `invoke build --target ios` (targets/mobile_contract.py + targets/ios.py).
+// Property names are the JSON keys, spelled exactly as in the file (snake_case), so a key the build
+// renames breaks decoding loudly instead of silently; tests/test_ios.py checks every key used here
+// exists in the contract the build writes.
+import Foundation
+
+struct TensorSpec: Decodable {
+    let name: String
+    let dtype: String
+    let shape: [ShapeDim]
+}
+
+/// A shape entry: a fixed size, or the name of the dynamic batch dimension ("batch").
+enum ShapeDim: Decodable {
+    case fixed(Int)
+    case dynamic(String)
+
+    init(from decoder: Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if let n = try? c.decode(Int.self) { self = .fixed(n) } else { self = .dynamic(try c.decode(String.self)) }
+    }
+
+    var size: Int? { if case .fixed(let n) = self { return n } else { return nil } }
+}
+
+struct GateSpec: Decodable {
+    let max: [String: Double]
+    let min: [String: Double]
+    let tie_tolerance: Double
+}
+
+struct ArtifactEntry: Decodable {
+    let file: String
+    let variant: String
+    let bytes: Int
+    let sha256: String
+    let topk_dtype: String
+    let max_batch: Int
+    let gate: GateSpec
+    /// Ordered as the model's inputs: [image, query].
+    let inputs: [TensorSpec]
+    /// Ordered as the model's outputs: [relevance, topk_indices, weights].
+    let outputs: [TensorSpec]
+
+    var imageInput: TensorSpec { inputs[0] }
+    var queryInput: TensorSpec { inputs[1] }
+    var relevanceOutput: TensorSpec { outputs[0] }
+    var topkOutput: TensorSpec { outputs[1] }
+    var weightsOutput: TensorSpec { outputs[2] }
+}
+
+struct ModelInfo: Decodable {
+    let image_size: Int
+    let grid: Int
+    let num_patches: Int
+    let top_k: Int
+    let query_dim: Int
+    let weights_order: [String]
+}
+
+struct Preprocessing: Decodable {
+    let color: String
+    let layout: String
+    let dtype: String
+    let scale: Double
+    let resize: [Int]
+}
+
+struct PresetItem: Decodable, Hashable {
+    let text: String
+    let embedding: [Float]
+}
+
+struct Presets: Decodable {
+    let source: String?
+    let items: [PresetItem]
+    let note: String?
+}
+
+struct GoldenFiles: Decodable {
+    let json: String
+    let bin: String
+}
+
+struct AppInfo: Decodable {
+    let default_artifact: String
+    let sample_image: String
+    let resources_folder: String
+}
+
+struct Contract: Decodable {
+    let version: Int
+    let model: ModelInfo
+    let preprocessing: Preprocessing
+    let artifacts: [String: ArtifactEntry]
+    let golden: GoldenFiles
+    let presets: Presets
+    let app: AppInfo
+
+    /// The folder reference that `invoke build --target ios` fills (see project.yml).
+    static let resourcesFolder = "Resources"
+    static let fileName = "contract"
+
+    static func load(bundle: Bundle = .main) throws -> Contract {
+        guard let url = bundle.url(forResource: fileName, withExtension: "json", subdirectory: resourcesFolder) else {
+            throw AppError.missingResource("\(resourcesFolder)/\(fileName).json: run `invoke build --target ios` first")
+        }
+        return try JSONDecoder().decode(Contract.self, from: Data(contentsOf: url))
+    }
+
+    /// URL of a file the contract names, inside the bundled resources folder.
+    func resourceURL(_ name: String, bundle: Bundle = .main) throws -> URL {
+        guard let base = bundle.resourceURL?.appendingPathComponent(app.resources_folder) else {
+            throw AppError.missingResource(app.resources_folder)
+        }
+        let url = base.appendingPathComponent(name)
+        guard FileManager.default.fileExists(atPath: url.path) else { throw AppError.missingResource(name) }
+        return url
+    }
+}
+
+enum AppError: LocalizedError {
+    case missingResource(String)
+    case badContract(String)
+    case badImage
+
+    var errorDescription: String? {
+        switch self {
+        case .missingResource(let what): return "missing resource: \(what)"
+        case .badContract(let what): return "contract.json: \(what)"
+        case .badImage: return "could not read that image"
+        }
+    }
+}

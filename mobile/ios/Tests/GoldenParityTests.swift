@@ -1,0 +1,56 @@
+// Runs the golden bundle through every CoreML package that contract.json lists, on the device (or
+// the Simulator), and holds each to the gate the build wrote for it. This is the authoritative
+// CoreML parity check that the Linux build cannot make (it only evaluates the MIL program in NumPy).
+import CoreML
+import XCTest
+@testable import ArrcocDemo
+
+final class GoldenParityTests: XCTestCase {
+    func testEveryPackageMeetsItsGate() async throws {
+        let contract = try Contract.load()
+        let golden = try GoldenBundle(contract: contract)
+        XCTAssertFalse(contract.artifacts.isEmpty, "contract.json lists no artifacts")
+        for (key, entry) in contract.artifacts.sorted(by: { $0.key < $1.key }) {
+            // A lossless gate (one on relevance_max_abs) assumes float32 compute: run that package on
+            // the CPU (the GPU and Neural Engine compute in fp16). Lossy ones run where CoreML puts them.
+            let lossless = entry.gate.max["relevance_max_abs"] != nil
+            let units: MLComputeUnits = lossless ? .cpuOnly : .all
+            let model = try await RelevanceModel(contract: contract, artifact: key, computeUnits: units)
+            // golden.bin's arrays are keyed by the tensor names the contract lists
+            let expected = try goldenPredictions(golden, contract: contract, entry: entry)
+            var got: [Prediction] = []
+            let images = try golden.floats(entry.imageInput.name), queries = try golden.floats(entry.queryInput.name)
+            let imageShape = golden.shape(entry.imageInput.name), d = contract.model.query_dim
+            let one = [1] + Array(imageShape.dropFirst())   // [1, 3, S, S]
+            let per = one.reduce(1, *)
+            for i in 0..<golden.count {
+                let img = try MLMultiArray(shape: one.map { NSNumber(value: $0) }, dataType: .float32)
+                let p = img.dataPointer.bindMemory(to: Float.self, capacity: per)
+                for j in 0..<per { p[j] = images[i * per + j] }
+                got.append(try model.predict(image: img, query: Array(queries[(i * d)..<((i + 1) * d)])))
+            }
+            var parity = Parity.measure(expected: expected, got: got, tie: entry.gate.tie_tolerance)
+            parity.metrics["size_bytes"] = Double(entry.bytes)
+            let failures = parity.failures(entry.gate)
+            XCTAssertTrue(failures.isEmpty, "\(entry.file) (\(units == .cpuOnly ? "CPU" : "all units")): \(failures)")
+            print("golden parity \(key): \(parity.metrics.sorted(by: { $0.key < $1.key }))")
+        }
+    }
+
+    func testPresetsMatchTheQueryWidth() throws {
+        let contract = try Contract.load()
+        for item in contract.presets.items {
+            XCTAssertEqual(item.embedding.count, contract.model.query_dim, item.text)
+        }
+    }
+
+    private func goldenPredictions(_ golden: GoldenBundle, contract: Contract, entry: ArtifactEntry) throws -> [Prediction] {
+        let rel = try golden.floats(entry.relevanceOutput.name), idx = try golden.ints(entry.topkOutput.name)
+        let w = try golden.floats(entry.weightsOutput.name)
+        let n = contract.model.num_patches, k = contract.model.top_k, m = contract.model.weights_order.count
+        return (0..<golden.count).map { i in
+            Prediction(relevance: Array(rel[(i * n)..<((i + 1) * n)]), topk: Array(idx[(i * k)..<((i + 1) * k)]),
+                       weights: Array(w[(i * m)..<((i + 1) * m)]))
+        }
+    }
+}

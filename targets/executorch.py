@@ -1,0 +1,193 @@
+"""ExecuTorch: XNNPACK-delegated .pte files (FP32 and dynamic-int8), checked in the ExecuTorch runtime.
+
+Both variants keep the exported program's dynamic batch; ExecuTorch plans memory for an
+upper bound, which is read back from the .pte's MethodMeta and used as the Runner's max batch
+(and recorded in the manifest as info.max_batch).
+
+Pitfalls measured here (see TOOLCHAIN.md, Mobile):
+  * lowering mutates the ExportedProgram: every lowering starts from `ctx.program.load()`;
+  * static int8 PT2E ruins the ranking; DYNAMIC int8 (weights int8 per channel, activations
+    quantised at run time) on the learned Linear / 1x1 conv layers keeps top-K identical;
+  * the ExecuTorch Python runtime ignores the strides of a non-contiguous input tensor and
+    silently computes garbage (relevance max abs 0.75 measured): inputs are copied contiguous.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ExportError
+from pipeline.model import OUTPUT_NAMES
+from pipeline.parity import LOSSLESS, LOSSY, Gate
+from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
+
+from .onnx_common import param_bytes
+
+FP32_FILE = "model_fp32.pte"
+INT8_FILE = "model_int8.pte"
+# ExecuTorch ScalarType codes (as in c10) of the contract's dtypes: 6 = Float, 4 = Long.
+_SCALAR_TYPES = {6: "float32", 4: "int64", 3: "int32"}
+_EXPECTED_DTYPES = {"image": "float32", "query": "float32", "relevance": "float32", "topk_indices": "int64", "weights": "float32"}
+
+
+def _budgets(ctx: BuildContext) -> tuple[int, int]:
+    weights = param_bytes(ctx.checkpoint.model)
+    # fp32: the weights plus room for the XNNPACK graph and the portable-op program;
+    # int8: a quarter of the weights plus the same fixed room (scales, graph, program).
+    return int(weights * 1.5) + 256 * 1024, int(weights * 0.5) + 256 * 1024
+
+
+def _gate(base: Gate, budget: int) -> Gate:
+    return Gate({**base.maxima, "size_bytes": budget}, base.minima, base.tie_tolerance)
+
+
+def version() -> str:
+    return importlib.metadata.version("executorch")
+
+
+def delegation_summary(edge_program) -> dict:
+    """Nodes delegated to XNNPACK vs left to ExecuTorch's portable kernels, by operator."""
+    from executorch.devtools.backend_debug import get_delegation_info
+
+    info = get_delegation_info(edge_program.graph_module)
+    not_delegated = {op: b.non_delegated for op, b in info.delegation_by_operator.items() if b.non_delegated}
+    return {
+        "backend": "XnnpackBackend",
+        "delegated_subgraphs": info.num_delegated_subgraphs,
+        "delegated_nodes": info.num_delegated_nodes,
+        "non_delegated_nodes": info.num_non_delegated_nodes,
+        "non_delegated_ops": dict(sorted(not_delegated.items())),
+    }
+
+
+def planned_batch(path: Path) -> int:
+    """The batch ExecuTorch planned input memory for: the largest batch the .pte accepts.
+
+    Read from the program's MethodMeta, not from the exported range (the lowering keeps the
+    .pt2's symbolic bound of 64 but the memory plan settles lower, 15 measured here)."""
+    return int(_method(path).metadata.input_tensor_meta(0).sizes()[0])
+
+
+def lower(program, path: Path) -> dict:
+    """ExportedProgram -> XNNPACK-delegated .pte; returns what the manifest records about it."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    try:
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        lowered = edge.exported_program()
+        info = {"delegation": delegation_summary(lowered)}
+        path.write_bytes(edge.to_executorch().buffer)
+    except Exception as exc:  # the lowering raises many unrelated types
+        raise ExportError(
+            f"ExecuTorch lowering failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+            "run with --verbose; check every op of the model has an ExecuTorch kernel",
+        ) from exc
+    expect_file(path, "the .pte program")
+    info["max_batch"] = planned_batch(path)
+    return info
+
+
+def quantize_dynamic_int8(ctx: BuildContext):
+    """Dynamic int8 (PT2E, XNNPACKQuantizer): int8 per-channel weights for the learned layers,
+    activations quantised at run time, so the fixed colour/Sobel front end stays float."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torch.export import Dim
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from pipeline.export import MAX_BATCH, example_inputs
+
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+    prepared = prepare_pt2e(ctx.program.load().module(), XNNPACKQuantizer().set_global(config))
+    # Dynamic quantisation needs no calibration statistics; one pass on the calibration split
+    # (never the held-out one) runs the observers once, as PT2E expects.
+    cal = ctx.golden.calibration
+    with torch.no_grad():
+        prepared(torch.from_numpy(np.ascontiguousarray(cal.images[:4])), torch.from_numpy(np.ascontiguousarray(cal.queries[:4])))
+    converted = convert_pt2e(prepared)
+    batch = Dim("batch", min=1, max=MAX_BATCH)
+    return torch.export.export(converted, example_inputs(ctx.config),
+                               dynamic_shapes={"image": {0: batch}, "query": {0: batch}}, strict=False)
+
+
+class ExecutorchTarget(Target):
+    name = "executorch"
+    summary = "ExecuTorch .pte, XNNPACK-delegated: FP32 and dynamic int8 (bounded dynamic batch)"
+    extra = "mobile"
+    modules = ("executorch", "torchao")
+    capability = "cpu (ExecuTorch Python runtime with XNNPACK)"
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        fp32_budget, int8_budget = _budgets(ctx)
+        ctx.log(f"[{self.name}] lowering FP32 to XNNPACK")
+        fp32_info = lower(ctx.program.load(), ctx.staging / FP32_FILE)
+        ctx.log(f"[{self.name}] quantising (dynamic int8) and lowering")
+        int8_info = lower(quantize_dynamic_int8(ctx), ctx.staging / INT8_FILE)
+        int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
+                                     "(Linear and 1x1 conv), activations quantised at run time")
+        return [
+            Variant("fp32", [ctx.staging / FP32_FILE], _gate(LOSSLESS, fp32_budget), fp32_budget,
+                    primary=True, info=fp32_info),
+            Variant("int8", [ctx.staging / INT8_FILE], _gate(LOSSY, int8_budget), int8_budget, info=int8_info),
+        ]
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        d = variant.info["delegation"]
+        return check_method_meta(variant.files[0], ctx.config) + [
+            f"delegation: {d['delegated_nodes']} nodes in {d['delegated_subgraphs']} XNNPACK subgraphs, "
+            f"{d['non_delegated_nodes']} on portable kernels; batch bound {variant.info['max_batch']}"
+        ]
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        return pte_runner(variant.files[0], variant.info["max_batch"])
+
+
+def _method(path: Path):
+    from executorch.runtime import Runtime
+
+    try:
+        return Runtime.get().load_program(str(path)).load_method("forward")
+    except Exception as exc:  # the runtime raises RuntimeError / ValueError with a C++ status code
+        raise ExportError(f"{path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
+                          "rebuild it with `invoke build --target executorch`") from exc
+
+
+def check_method_meta(path: Path, cfg) -> list[str]:
+    """Input/output count, dtypes and fixed dims of the .pte's forward vs the contract."""
+    meta = _method(path).metadata
+    if meta.num_inputs() != 2 or meta.num_outputs() != 3:
+        raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / 3",
+                          "the exported program must take (image, query) and return (relevance, topk_indices, weights)")
+    want = {"image": [3, cfg.image_size, cfg.image_size], "query": [cfg.query_dim],
+            "relevance": [cfg.num_patches], "topk_indices": [cfg.top_k], "weights": [3]}
+    infos = [meta.input_tensor_meta(i) for i in range(2)] + [meta.output_tensor_meta(i) for i in range(3)]
+    problems = []
+    for name, info in zip(want, infos):
+        dtype = _SCALAR_TYPES.get(int(info.dtype()), f"ScalarType {info.dtype()}")
+        if dtype != _EXPECTED_DTYPES[name] or list(info.sizes())[1:] != want[name]:
+            problems.append(f"{name} is {dtype}{list(info.sizes())}")
+    if problems:
+        raise ExportError(f"{path.name}: I/O contract broken: {'; '.join(problems)}",
+                          "fix the export so dtypes and shapes match the contract")
+    return ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and fixed dims match (topk int64)"]
+
+
+def pte_runner(path: Path, max_batch: int) -> Runner:
+    import torch
+
+    method = _method(path)
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        # Copies, not views: the runtime reads a non-contiguous tensor as if it were contiguous.
+        args = [torch.from_numpy(np.array(inputs[k], dtype=np.float32, order="C", copy=True)) for k in ("image", "query")]
+        outs = method.execute(args)
+        return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
+
+    return Runner(run, f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)", max_batch=max_batch)

@@ -1,0 +1,154 @@
+"""iOS: the CoreML packages, contract.json, golden bundle and a sample photo for the SwiftUI app.
+
+The stage takes the `coreml` target's packages (already gated there), writes `contract.json`
+(targets/mobile_contract.py, plus the .mlpackage entries it cannot describe: a package is a
+folder), a golden bundle and a bundled sample photo, publishes them under `artifacts/ios/` and
+copies them into the app's resource folder, `mobile/ios/ArrcocDemo/Resources/` (where
+RelevanceModel.swift looks them up). ARRCOC_IOS_APP_DIR redirects that copy (the tests use it).
+
+The app itself cannot run here (no Xcode, no iOS Simulator): `load` says so, the stage is
+`unverified`, and the on-device parity check is the app's XCTest (GoldenParityTests.swift),
+which re-runs the golden bundle on the phone against the gates written into contract.json.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from pipeline.errors import ExportError, HostCapabilityError
+from pipeline.export import MAX_BATCH
+from pipeline.golden import write_bundle
+from pipeline.parity import Gate
+from pipeline.target import BuildContext, Runner, Target, Variant
+
+from . import mobile_contract
+from .mobile_contract import bundle_allowance, copy_to_app, write_sample  # shared with targets/android.py
+
+REPO = Path(__file__).resolve().parent.parent
+APP_RESOURCES = REPO / "mobile" / "ios" / "ArrcocDemo" / "Resources"
+# The model the app runs by default: fp16 is what the Neural Engine executes natively.
+DEFAULT_VARIANT = "fp16"
+SAMPLE_IMAGE = mobile_contract.SAMPLE_IMAGE
+GOLDEN = mobile_contract.GOLDEN_FILES
+NO_DEVICE = ("the iOS app runs on an iPhone or the iOS Simulator, which need Xcode on macOS; "
+             "this stage publishes the app bundle, the coreml target measures its packages")
+
+
+def app_resources_dir() -> Path:
+    return Path(os.environ.get("ARRCOC_IOS_APP_DIR", APP_RESOURCES))
+
+
+def tree_sha256(folder: Path) -> str:
+    """A folder's content hash: sorted relative paths and the sha256 of each file."""
+    h = hashlib.sha256()
+    for p in sorted(q for q in folder.rglob("*") if q.is_file()):
+        h.update(p.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def package_entry(cfg, package: Path, report) -> dict:
+    """contract.json entry of one .mlpackage (mobile_contract handles single files only)."""
+    v = report.variant
+    return {
+        "file": package.name, "kind": "mlpackage (folder; compile with MLModel.compileModel(at:))",
+        "variant": v.name, "runtime": "CoreML (ML Program, iOS17)", "bytes": tree_bytes(package),
+        "sha256": tree_sha256(package), "sha256_of": "sorted relative paths + sha256 of each file",
+        "topk_dtype": v.topk_dtype, "max_batch": MAX_BATCH, "gate": v.gate.to_dict(),
+        "reference_check": {"status": report.status, "runtime": report.runtime, "metrics": report.metrics},
+        **mobile_contract.tensors(cfg, v.topk_dtype),
+    }
+
+
+def check_packages(data: dict, folder: Path) -> list[str]:
+    problems = []
+    for key, entry in data["artifacts"].items():
+        path = folder / entry["file"]
+        if not path.is_dir():
+            problems.append(f"{key}: {entry['file']} missing")
+        elif tree_bytes(path) != entry["bytes"] or tree_sha256(path) != entry["sha256"]:
+            problems.append(f"{key}: {entry['file']} differs from the contract (bytes/sha256)")
+    for name in [*(data.get("golden") or {}).values(), data["app"]["sample_image"]]:
+        if not (folder / name).is_file():
+            problems.append(f"{name} missing")
+    if problems:
+        raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
+                          "rebuild with `invoke build --target ios`")
+    return [f"contract.json matches {len(data['artifacts'])} .mlpackage(s) by name, bytes and tree sha256, "
+            "plus the golden bundle and sample photo"]
+
+
+class IosTarget(Target):
+    name = "ios"
+    summary = "SwiftUI sample app bundle: CoreML packages, contract.json, golden bundle (mobile/ios)"
+    extra = "mobile"
+    modules = ("coremltools",)
+    capability = "an iPhone or the iOS Simulator (Xcode on macOS)"
+    depends_on = ("coreml",)
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        upstream = ctx.upstream["coreml"]
+        cfg = ctx.config
+        artifacts = {}
+        for report in upstream.variants:
+            source = upstream.staging / report.variant.info["package"]
+            shutil.copytree(source, ctx.staging / source.name)
+            artifacts[report.variant.name] = package_entry(cfg, ctx.staging / source.name, report)
+        primary = upstream.primary.variant
+        default = DEFAULT_VARIANT if DEFAULT_VARIANT in artifacts else primary.name
+        chosen = next(r for r in upstream.variants if r.variant.name == default)
+        budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg)
+        # The bundle records the default package's parity gate and the numbers the coreml stage
+        # measured on the very same bytes (tree sha256 in contract.json), where that gate was held;
+        # this stage itself holds the bundle's size (no iOS runtime here).
+        gate = Gate({**chosen.variant.gate.maxima, "size_bytes": budget}, chosen.variant.gate.minima,
+                    chosen.variant.gate.tie_tolerance)
+        write_bundle(ctx.golden.heldout, ctx.staging, gate.to_dict(), topk_dtype=primary.topk_dtype)
+        write_sample(ctx, ctx.staging)
+        data = mobile_contract.contract(cfg, {}, golden=GOLDEN)
+        data["artifacts"] = artifacts
+        data["app"] = {
+            "platform": "ios", "default_artifact": default, "sample_image": SAMPLE_IMAGE,
+            "resources_folder": "Resources",
+            "coreml_stage": {"status": upstream.status, "reason": upstream.reason},
+        }
+        path = mobile_contract.write_contract(ctx.staging / mobile_contract.CONTRACT_FILE, data)
+        files = sorted(p for p in ctx.staging.rglob("*") if p.is_file())
+        files.sort(key=lambda p: p != path)  # contract.json first: it names everything else
+        measured = {k: v for k, v in chosen.metrics.items() if k != "size_bytes"}
+        variant = Variant(
+            "app-bundle", files, gate, budget, primary=True, topk_dtype=primary.topk_dtype, metrics=measured,
+            info={"app_resources": str(app_resources_dir()), "default_artifact": default,
+                  "packages": sorted(a["file"] for a in artifacts.values()),
+                  "parity_from": f"coreml stage, {default} package ({chosen.runtime})",
+                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"]},
+        )
+        self._publish_to_app(ctx, variant, data)
+        return [variant]
+
+    def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
+        """The packages passed the coreml gates; check the bundle's own contract and size, then copy."""
+        check_packages(data, ctx.staging)
+        if variant.bytes > variant.size_budget:
+            raise ExportError(f"iOS bundle is {variant.bytes} bytes, over its budget {variant.size_budget}",
+                              "ship fewer CoreML variants")
+        copy_to_app(ctx.staging, app_resources_dir())
+        ctx.log(f"[{self.name}] copied the app bundle to {app_resources_dir()}")
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
+        checks = check_packages(data, ctx.staging)
+        app = app_resources_dir()
+        checks += [f"app resources ({app.name}/): " + check_packages(data, app)[0]]
+        return checks
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        raise HostCapabilityError(NO_DEVICE, "open mobile/ios in Xcode on a Mac and run the GoldenParityTests "
+                                             "XCTest on a device (mobile/README.md, iOS)")

@@ -1,0 +1,203 @@
+"""contract.json: what a mobile app needs to know about the artifacts it ships, written by the build.
+
+The Android and iOS sample apps read everything from this file (artifact names, tensor names,
+shapes, dtypes, preprocessing, top-K, grid, gates, preset queries) so nothing is hard-coded
+twice. Shared by the `android` and `ios` targets.
+
+API:
+  preset_queries(cfg, sentences=PRESET_SENTENCES) -> dict
+      {"source", "items": [{"text", "embedding"}], "note"}; real all-MiniLM-L6-v2 embeddings
+      from pipeline.text_encoder when it is installed and its width matches cfg.query_dim,
+      otherwise NO presets and a note saying why (never random vectors).
+  contract(cfg, artifacts, presets=None, golden=None) -> dict
+      artifacts: {key: {"path": Path, "runtime": str, "variant": str, "topk_dtype": "int64",
+                        "max_batch": int, "gate": Gate.to_dict(), ...extra keys kept}}
+      Each entry is recorded with its file NAME, bytes and sha256 (the file must exist) and its
+      own tensor table (topk_indices is int32 on CoreML, int64 elsewhere).
+      presets=None computes preset_queries(cfg); pass a dict to reuse one.
+      golden: optional {"json": name, "bin": name} of the golden bundle shipped next to it.
+  write_contract(path, contract) -> Path      (sorted keys, UTF-8, trailing newline)
+  check_files(contract, folder) -> list[str]  checks every listed file in `folder` (names,
+      bytes, sha256); raises ExportError on any mismatch, returns the checks that passed.
+
+App-bundle helpers shared by targets/ios.py and targets/android.py:
+  bundle_allowance(cfg) -> int         bytes for the golden bundle, sample photo and contract
+  write_sample(ctx, folder) -> Path    the first held-out photo as SAMPLE_IMAGE (model resolution)
+  copy_to_app(staging, dest)           replace the app's resource folder with the staged bundle
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from pipeline.errors import ExportError
+from pipeline.model import WAYS_OF_KNOWING, ModelConfig
+
+CONTRACT_VERSION = 1
+CONTRACT_FILE = "contract.json"
+SAMPLE_IMAGE = "sample.png"
+GOLDEN_FILES = {"json": "golden.json", "bin": "golden.bin"}  # names pipeline.golden.write_bundle writes
+
+# Preset queries the sample apps offer (the user picks one; phones carry no text encoder).
+PRESET_SENTENCES = (
+    "a person's face",
+    "text and writing",
+    "an animal",
+    "the sky",
+    "a vehicle",
+    "flowers and plants",
+)
+
+# How the apps turn a photo into the `image` tensor. Mirrors pipeline.golden.load_image_file.
+PREPROCESSING = {
+    "color": "RGB",
+    "alpha": "composite on white",
+    "orientation": "apply EXIF orientation first",
+    "crop": "centre square (side = shorter edge)",
+    "resize": None,  # filled with image_size
+    "resample": "Lanczos in the build; any good filter on device (bilinear/area) is fine",
+    "scale": 1.0 / 255.0,  # uint8 -> float32 in [0, 1], no mean/std normalisation
+    "range": [0.0, 1.0],
+    "layout": "NCHW",
+    "dtype": "float32",
+    "query": "unit-norm float32 embedding of width query_dim (all-MiniLM-L6-v2 for D=384)",
+}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tensors(cfg: ModelConfig, topk_dtype: str = "int64", batch: int | str = "batch") -> dict:
+    """The I/O table of one artifact: names -> {dtype, shape}; `batch` marks the dynamic dimension."""
+    s = cfg.image_size
+    return {
+        "inputs": [
+            {"name": "image", "dtype": "float32", "shape": [batch, 3, s, s]},
+            {"name": "query", "dtype": "float32", "shape": [batch, cfg.query_dim]},
+        ],
+        "outputs": [
+            {"name": "relevance", "dtype": "float32", "shape": [batch, cfg.num_patches]},
+            {"name": "topk_indices", "dtype": topk_dtype, "shape": [batch, cfg.top_k]},
+            {"name": "weights", "dtype": "float32", "shape": [batch, 3]},
+        ],
+    }
+
+
+def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES) -> dict:
+    """Real sentence embeddings for the apps' preset queries, or none with the reason."""
+    try:
+        # Imported lazily: the text encoder is another optional extra.
+        from pipeline import text_encoder
+    except ImportError as exc:
+        return {"source": None, "items": [], "note": f"no presets: pipeline.text_encoder unavailable ({exc})"}
+    try:
+        vectors = text_encoder.embed(list(sentences))
+    except Exception as exc:  # noqa: BLE001 - a missing model/extra must not fail the mobile build
+        return {"source": None, "items": [], "note": f"no presets: text encoder failed ({type(exc).__name__}: {exc})"}
+    if vectors.shape[1] != cfg.query_dim:
+        return {"source": None, "items": [],
+                "note": f"no presets: the text encoder gives {vectors.shape[1]}-d vectors, the checkpoint expects {cfg.query_dim}"}
+    source = getattr(text_encoder, "MODEL_NAME", "all-MiniLM-L6-v2")
+    items = [{"text": t, "embedding": [round(float(x), 7) for x in v]} for t, v in zip(sentences, vectors)]
+    return {"source": str(source), "items": items, "note": None}
+
+
+def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None = None,
+             golden: dict | None = None) -> dict:
+    """The contract for the given artifacts (files must already be written)."""
+    entries = {}
+    for key, spec in artifacts.items():
+        path = Path(spec["path"])
+        if not path.is_file():
+            raise ExportError(f"contract: artifact '{key}' file {path.name} does not exist",
+                              "write the artifacts before the contract")
+        topk_dtype = spec.get("topk_dtype", "int64")
+        extra = {k: v for k, v in spec.items() if k not in ("path", "topk_dtype")}
+        entries[key] = {**extra, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path),
+                        "topk_dtype": topk_dtype, **tensors(cfg, topk_dtype)}
+    presets = preset_queries(cfg) if presets is None else presets
+    return {
+        "version": CONTRACT_VERSION,
+        "model": {
+            "image_size": cfg.image_size, "grid": cfg.grid, "num_patches": cfg.num_patches,
+            "top_k": cfg.top_k, "query_dim": cfg.query_dim,
+            # relevance[b, r * grid + c] scores the patch at row r, column c (row-major).
+            "patch_index": "row * grid + col, row-major; patch side = image_size / grid pixels",
+            "weights_order": list(WAYS_OF_KNOWING),
+        },
+        "preprocessing": {**PREPROCESSING, "resize": [cfg.image_size, cfg.image_size]},
+        "artifacts": entries,
+        "golden": golden,
+        "presets": presets,
+    }
+
+
+def write_contract(path: Path, data: dict) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def check_files(data: dict, folder: Path) -> list[str]:
+    """Every artifact the contract lists is in `folder` with the recorded bytes and sha256."""
+    folder = Path(folder)
+    problems, checked = [], []
+    for key, entry in data.get("artifacts", {}).items():
+        path = folder / entry["file"]
+        if not path.is_file():
+            problems.append(f"{key}: {entry['file']} missing")
+        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            problems.append(f"{key}: {entry['file']} differs from the contract (bytes/sha256)")
+        else:
+            checked.append(entry["file"])
+    for name in (data.get("golden") or {}).values():
+        if not (folder / name).is_file():
+            problems.append(f"golden bundle file {name} missing")
+    if problems:
+        raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
+                          "rebuild the target so the contract is rewritten with its artifacts")
+    return [f"contract.json matches {len(checked)} artifact file(s) by name, bytes and sha256"]
+
+
+def bundle_allowance(cfg, samples: int = 2) -> int:
+    """Bytes for the golden bundle (float32 images, queries, outputs), the sample photo and contract."""
+    per_sample = 3 * cfg.image_size ** 2 + cfg.query_dim + cfg.num_patches + cfg.top_k + 3
+    return samples * per_sample * 4 + 3 * cfg.image_size ** 2 + 256 * 1024
+
+
+def write_sample(ctx, folder: Path) -> Path:
+    """The first held-out photo at model resolution, for the apps' 'bundled sample' button."""
+    import numpy as np
+    from PIL import Image
+
+    img = (ctx.golden.heldout.images[0].transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)
+    path = Path(folder) / SAMPLE_IMAGE
+    Image.fromarray(img).save(path, optimize=True)
+    return path
+
+
+def copy_to_app(staging: Path, dest: Path) -> None:
+    """Replace the app's resources with the staged bundle (staged beside it, then swapped).
+
+    The new copy is written next to `dest` first, so a failure (unwritable folder, full disk)
+    leaves the app's previous resources as they were."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = dest.with_name(dest.name + ".new"), dest.with_name(dest.name + ".old")
+    for p in (tmp, old):
+        shutil.rmtree(p, ignore_errors=True)
+    shutil.copytree(staging, tmp)
+    keep = dest / ".gitignore"
+    if keep.is_file():
+        shutil.copy2(keep, tmp / ".gitignore")
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)

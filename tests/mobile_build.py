@@ -1,0 +1,22 @@
+"""One `invoke build --target ios` (which builds coreml first) per test session, shared by
+tests/test_coreml.py and tests/test_ios.py: the conversion and MIL check take about a minute."""
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+from conftest import run_cli
+
+
+@functools.lru_cache(maxsize=1)
+def built_ios() -> tuple[Path, Path]:
+    """(out dir, app resources dir); the app copy goes to a temp folder, never the repo's app."""
+    root = Path(tempfile.mkdtemp(prefix="arrcoc-ios-test-"))
+    atexit.register(shutil.rmtree, root, True)
+    out, app = root / "out", root / "app" / "Resources"
+    proc = run_cli("build", "--target", "ios", "--out", str(out), env={"ARRCOC_IOS_APP_DIR": str(app)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, app

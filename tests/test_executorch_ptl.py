@@ -1,0 +1,84 @@
+"""ExecuTorch (.pte) and Lite Interpreter (.ptl): one real build, then checks in their runtimes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("executorch", reason="the mobile extra (executorch) is not installed")
+
+from targets import executorch as et  # noqa: E402
+from targets import ptl  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(checkpoint_path, tmp_path_factory):
+    from pipeline.build import run_build
+    from targets import TARGETS
+
+    out = tmp_path_factory.mktemp("mobile-out")
+    result = run_build([TARGETS["executorch"], TARGETS["ptl"]], TARGETS, checkpoint_path, out, log=lambda m: None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    return out, result, manifest
+
+
+def test_both_publish_with_measured_parity(built):
+    _, result, manifest = built
+    assert {s.target.name: s.status for s in result.stages} == {"executorch": "published", "ptl": "published"}
+    for name, variants in (("executorch", ("fp32", "int8")), ("ptl", ("fp32",))):
+        entry = manifest["targets"][name]
+        for v in variants:
+            parity = entry["variants"][v]["parity"]
+            assert parity["measured"] and parity["passed"], (name, v, parity)
+            assert parity["metrics"]["topk_overlap_min"] >= parity["gate"]["min"]["topk_overlap_min"]
+
+
+def test_executorch_records_delegation_and_int8_is_smaller(built):
+    _, _, manifest = built
+    variants = manifest["targets"]["executorch"]["variants"]
+    for v in ("fp32", "int8"):
+        d = variants[v]["info"]["delegation"]
+        assert d["backend"] == "XnnpackBackend" and d["delegated_nodes"] > 0 and d["delegated_subgraphs"] >= 1
+        assert variants[v]["info"]["max_batch"] >= 2
+        assert "ExecuTorch" in variants[v]["parity"]["runtime"]
+    assert variants["int8"]["size"]["bytes"] < 0.5 * variants["fp32"]["size"]["bytes"]
+
+
+def test_pte_batch_equals_single_runs(built, golden):
+    out, _, manifest = built
+    path = out / "executorch" / et.FP32_FILE
+    runner = et.pte_runner(path, manifest["targets"]["executorch"]["variants"]["fp32"]["info"]["max_batch"])
+    split = golden.heldout
+    # a strided view on purpose: the runtime must be given contiguous copies
+    batch = runner.run({"image": split.images[0:6:2], "query": split.queries[0:6:2]})
+    for row, i in enumerate(range(0, 6, 2)):
+        one = runner.run({"image": split.images[i:i + 1], "query": split.queries[i:i + 1]})
+        np.testing.assert_allclose(batch["relevance"][row], one["relevance"][0], atol=1e-5)
+        assert set(batch["topk_indices"][row]) == set(one["topk_indices"][0])
+
+
+def test_ptl_runs_any_batch_like_eager(built, golden, loaded):
+    out, _, manifest = built
+    entry = manifest["targets"]["ptl"]
+    assert "deprecated" in entry["variants"]["fp32"]["info"]["deprecated"]
+    module = ptl._load(out / "ptl" / ptl.PTL_FILE)
+    images = torch.from_numpy(np.ascontiguousarray(golden.heldout.images[:5]))
+    queries = torch.from_numpy(np.ascontiguousarray(golden.heldout.queries[:5]))
+    with torch.no_grad():
+        got, want = module(images, queries), loaded.model(images, queries)
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)  # traced at batch 2, run at 5
+    assert torch.equal(got[1], want[1])
+
+
+def test_corrupt_pte_is_a_clear_error(tmp_path, loaded):
+    bad = tmp_path / "model.pte"
+    bad.write_bytes(b"\x00" * 64)
+    from pipeline.errors import ExportError
+
+    with pytest.raises(ExportError) as info:
+        et.check_method_meta(bad, loaded.config)
+    line = info.value.one_line()
+    assert "model.pte does not load in the ExecuTorch runtime" in line and "-> fix:" in line and "\n" not in line
