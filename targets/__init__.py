@@ -13,8 +13,9 @@ from .ios import IosTarget
 from .onnx import OnnxTarget
 from .onnx_int8 import OnnxInt8Target
 from .ptl import PtlTarget
+from .tensorrt import TensorRTTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget())}
+TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget())}
 
 # Names that expand to several targets.
 GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TARGETS)}

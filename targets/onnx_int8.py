@@ -133,8 +133,10 @@ def nodes_for(candidate: Candidate, model, learned: set[str]) -> list[str] | Non
     return sorted(chosen)
 
 
-def quantize(src: Path, dst: Path, split: GoldenSplit, candidate: Candidate, learned: set[str], a16: bool) -> dict:
-    """Quantise src into dst for one candidate; returns what was quantised (op types, node count)."""
+def quantize(src: Path, dst: Path, split: GoldenSplit, candidate: Candidate, learned: set[str], a16: bool,
+             symmetric: bool = False) -> dict:
+    """Quantise src into dst for one candidate; returns what was quantised (op types, node count).
+    symmetric: zero-point-0 activations too (what TensorRT's INT8 path accepts)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -152,7 +154,7 @@ def quantize(src: Path, dst: Path, split: GoldenSplit, candidate: Candidate, lea
             activation_type=QuantType.QUInt16 if a16 else QuantType.QInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=getattr(CalibrationMethod, CALIBRATION_METHOD),
-            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
+            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
         )
     onnx_common.strip_metadata_file(dst)  # stripped like the FP32 file, so the size ratio is fair
     return quantized_summary(model, onnx.load(str(dst)))

@@ -1,0 +1,281 @@
+"""TensorRT: serialized plans built from the verified ONNX models with TensorRT's own Python API.
+
+Backends (targets/trt_backend.py): full TensorRT when installed, else TensorRT-RTX from PyPI, which
+builds plans ahead of time without a GPU. Variants: fp32 (from the onnx stage's model), fp16 where
+the backend has an FP16 builder flag (full TensorRT only), int8 from the onnx-int8 stage's QDQ model
+when that stage ran in this build and its model is symmetric INT8 (TensorRT takes only zero-point 0).
+
+Verification runs the held-out set through the plan on the GPU when the host has one the plan
+supports; otherwise the variant is `unverified` with the precise reason, after the structural
+checks (plan written, network I/O vs the contract) that can run anywhere.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from pipeline.errors import ExportError
+from pipeline.parity import LOSSLESS, LOSSY, Gate
+from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
+
+from . import onnx_common, trt_backend
+
+MiB = 1024 * 1024
+# TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
+_DTYPES = {"image": ("FLOAT",), "query": ("FLOAT",), "relevance": ("FLOAT",),
+           "topk_indices": ("INT64", "INT32"), "weights": ("FLOAT",)}
+
+
+class TensorRTTarget(Target):
+    name = "tensorrt"
+    summary = "TensorRT plans (FP32, INT8 from QDQ) built with TensorRT or TensorRT-RTX, dynamic batch 1-64"
+    extra = "tensorrt"
+    modules = ("onnx", "tensorrt_rtx_bindings")
+    capability = "NVIDIA GPU (TensorRT-RTX plans: compute capability 8.0, 8.6, 8.9, 12.0, 12.1)"
+    depends_on = ("onnx",)
+    uses = ("onnx-int8",)
+
+    def missing_modules(self) -> list[str]:
+        # either backend will do: full TensorRT where NVIDIA's index is reachable, RTX from PyPI
+        missing = [] if trt_backend.module_available() else ["tensorrt_rtx_bindings (or tensorrt)"]
+        return missing + [m for m in self.modules[:1] if not _has(m)]
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        backend = trt_backend.load_backend()
+        cache = timing_cache_path(ctx)
+        fp32_src = _upstream_model(ctx, "onnx")
+        variants = [self._build_variant(ctx, backend, fp32_src, "fp32", cache, primary=True)]
+        skipped = {}
+        if backend.supports_fp16:
+            variants.append(self._build_variant(ctx, backend, fp32_src, "fp16", cache))
+        else:
+            skipped["fp16"] = backend.fp16_unavailable_reason()
+        int8_src, why, int8_info = int8_source(ctx)
+        if int8_src is not None:
+            variants.append(self._build_variant(ctx, backend, int8_src, "int8", cache))
+            variants[-1].info.update(int8_info)
+        else:
+            skipped["int8"] = why
+        for name, reason in skipped.items():
+            ctx.log(f"[tensorrt] no {name} plan: {reason}")
+        variants[0].info["not_built"] = skipped
+        return variants
+
+    def _build_variant(self, ctx, backend, src: Path, precision: str, cache, primary=False) -> Variant:
+        ctx.log(f"[tensorrt] {precision}: parsing {src.name} and building the plan with {backend.label}")
+        parsed = trt_backend.parse_onnx(backend, prepare_onnx(src), src.name, strongly_typed=precision != "fp16")
+        dims = {n: s[1:] for n, s in onnx_common.contract_shapes(ctx.config).items() if n in ("image", "query")}
+        plan = ctx.staging / f"model.{precision}.plan"
+        settings = trt_backend.build_plan(parsed, plan, precision, dims, cache)
+        expect_file(plan, f"the {precision} TensorRT plan")
+        budget = size_budget(ctx, settings["compute_capabilities"])
+        base = LOSSLESS if precision == "fp32" else LOSSY
+        gate = Gate({**base.maxima, "size_bytes": budget}, base.minima, base.tie_tolerance)
+        info = {
+            "backend": backend.name, "backend_module": backend.trt.__name__, "backend_version": backend.version,
+            "compute_capabilities": settings["compute_capabilities"], "settings": settings,
+            "source_onnx": {"file": src.name, "sha256": _sha256(src)}, "network_io": parsed.io,
+        }
+        topk = parsed.io.get("topk_indices", {}).get("dtype", "INT64").lower()
+        return Variant(precision, [plan], gate, budget, primary=primary, topk_dtype=topk, info=info)
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        plan = expect_file(variant.files[0], "the TensorRT plan")
+        checks = [f"plan written: {plan.name}, {plan.stat().st_size} bytes"]
+        checks.append(check_io(variant.info["network_io"], ctx.config, "parsed network"))
+        ccs = ", ".join(variant.info["compute_capabilities"]) or "the build GPU's"
+        checks.append(f"built for compute capability {ccs} by {variant.info['backend']} {variant.info['backend_version']}")
+        return checks
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        backend = trt_backend.load_backend()
+        label = f"{variant.info['backend']} {variant.info['backend_version']}"
+        cc = trt_backend.check_host(variant.info["compute_capabilities"], label)
+        if backend.version != variant.info["backend_version"] or backend.name != variant.info["backend"]:
+            raise ExportError(f"plan was built by {label} but this process loaded {backend.label}",
+                              "build and verify with the same backend")
+        runner = trt_backend.PlanRunner(backend, variant.files[0])
+        check_io(runner.io(), ctx.config, "deserialised plan")  # the plan's own I/O, now readable
+        return Runner(runner.run, f"{backend.label} (GPU compute capability {cc})", max_batch=8, close=runner.close)
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def _upstream_model(ctx: BuildContext, stage_name: str) -> Path:
+    stage = ctx.upstream.get(stage_name)
+    if stage is None or not stage.publishable or stage.primary is None:
+        raise ExportError(f"the {stage_name} stage did not produce a verified model",
+                          f"build --target {stage_name} and fix its failure first")
+    return expect_file(stage.primary.variant.files[0], f"the {stage_name} model")
+
+
+def int8_source(ctx: BuildContext) -> tuple[Path | None, str, dict]:
+    """A QDQ model TensorRT's INT8 path can take: the onnx-int8 stage's own when it is symmetric,
+    else the same recipe (op set, calibration split) re-quantised with symmetric activations and
+    held to the INT8 gate in onnxruntime on the held-out split first. Returns (model, why not, info
+    for the manifest); model is None when there is none."""
+    stage = ctx.upstream.get("onnx-int8")
+    if stage is None:
+        return None, "the onnx-int8 stage did not run in this build (install its extra: pip install -e '.[int8]')", {}
+    if not stage.publishable or stage.primary is None:
+        return None, f"the onnx-int8 stage did not publish ({stage.reason})", {}
+    variant = stage.primary.variant
+    if variant.name != "int8":
+        return None, f"onnx-int8 published '{variant.name}' (not 8-bit activations), which TensorRT's INT8 path cannot take", {}
+    path = expect_file(variant.files[0], "the onnx-int8 QDQ model")
+    node = first_nonzero_zero_point(path)
+    if node is None:
+        return path, "", {}
+    ctx.log(f"[tensorrt] {path.name} has asymmetric activations ('{node}'): re-quantising symmetrically")
+    return symmetric_int8(ctx, variant.info)
+
+
+def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, str, dict]:
+    """Re-run onnx-int8's chosen candidate with zero-point-0 activations; gate it in onnxruntime."""
+    from . import onnx_int8
+
+    candidate = next(c for c in onnx_int8.CANDIDATES if c.name == quant_info["candidate"])
+    split, _ = onnx_int8.calibration_split(ctx)
+    dst = ctx.staging / "model.int8-symmetric.onnx"
+    onnx_int8.quantize(_upstream_model(ctx, "onnx"), dst, split, candidate,
+                       onnx_int8.learned_weight_names(ctx), a16=False, symmetric=True)
+    gate = LOSSY
+    metrics = onnx_int8.measure(dst, ctx.golden.heldout, gate.tie_tolerance)
+    failures = [f for f in gate.failures(metrics) if not f.startswith("size_bytes")]
+    ctx.log(f"[tensorrt] symmetric INT8 QDQ in onnxruntime (held-out): top-K {metrics['topk_overlap_mean']:.3f} "
+            f"(min {metrics['topk_overlap_min']:.3f}), rel mean {metrics['relevance_mean_abs']:.1e}")
+    info = {"symmetric_requantised": {
+        "candidate": candidate.name, "calibration_sha256": split.sha256, "passed_int8_gate": not failures,
+        "onnxruntime_heldout": {k: metrics[k] for k in ("topk_overlap_mean", "topk_overlap_min",
+                                                        "relevance_mean_abs", "relevance_max_abs")}}}
+    if failures:
+        return None, f"symmetric INT8 re-quantisation fails the INT8 gate in onnxruntime ({', '.join(failures)})", info
+    return dst, "", info
+
+
+def first_nonzero_zero_point(path: Path) -> str | None:
+    """Name of the first Q/DQ node whose zero point is not all zeros (TensorRT rejects those)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    consts = {i.name: i for i in model.graph.initializer}
+    consts.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2 and node.input[2]:
+            zp = consts.get(node.input[2])
+            if zp is not None and np.any(numpy_helper.to_array(zp) != 0):
+                return node.name
+    return None
+
+
+def prepare_onnx(path: Path) -> bytes:
+    """The model's bytes with constant-only subgraphs folded. Why: the exporter (optimize=False, see
+    onnx_common.export_onnx) leaves ReduceL2's axes as Reshape(Constant), and TensorRT's parser
+    requires reduce axes that are plain initializers. Folding evaluates exactly those nodes with
+    ONNX's reference implementation, so no value changes (unlike a general optimiser, which rewrites
+    `x + eps`); a node that cannot be evaluated is left for the parser to report."""
+    import onnx
+
+    model = onnx.load(str(path))
+    fold_constants(model)
+    return model.SerializeToString()
+
+
+def fold_constants(model) -> int:
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    init_names = {i.name for i in graph.initializer}
+    values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    kept, folded = [], 0
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx") and all(i == "" or i in values for i in node.input):
+            outs = _evaluate(node, values, model.opset_import)
+            if outs is not None:
+                values.update(zip(node.output, outs))
+                folded += 1
+                continue
+        kept.append(node)
+    needed = {o.name for o in graph.output}
+    live = []
+    for node in reversed(kept):  # drop what no output needs any more
+        if any(o in needed for o in node.output):
+            live.append(node)
+            needed.update(i for i in node.input if i)
+    consts = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(values[name]), name))
+              for name in values if name in needed and name not in init_names]
+    del graph.node[:]
+    graph.node.extend(consts + live[::-1])
+    return folded
+
+
+def _evaluate(node, values, opsets):
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        inits = [numpy_helper.from_array(np.asarray(values[i]), i) for i in dict.fromkeys(node.input) if i]
+        outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output]
+        graph = helper.make_graph([node], "fold", [], outs, initializer=inits)
+        return ReferenceEvaluator(helper.make_model(graph, opset_imports=opsets)).run(None, {})
+    except Exception:  # noqa: BLE001 - not evaluable here: leave it in the graph for TensorRT to judge
+        return None
+
+
+# ------------------------------------------------------------------ checks and settings
+
+
+def check_io(io: dict, cfg, what: str) -> str:
+    """Names, modes, dtypes and shapes (dynamic batch, fixed other dims) vs the contract."""
+    problems = []
+    for name, shape in onnx_common.contract_shapes(cfg).items():
+        t = io.get(name)
+        if t is None:
+            problems.append(f"missing '{name}'")
+            continue
+        want_mode = "input" if name in ("image", "query") else "output"
+        if t["mode"] != want_mode:
+            problems.append(f"{name} is an {t['mode']}, expected an {want_mode}")
+        if t["dtype"] not in _DTYPES[name]:
+            problems.append(f"{name} is {t['dtype']}, expected {'/'.join(_DTYPES[name])}")
+        if t["shape"][0] != -1 or list(t["shape"][1:]) != shape[1:]:
+            problems.append(f"{name} has shape {t['shape']}, expected [-1, {', '.join(map(str, shape[1:]))}]")
+    if problems:
+        raise ExportError(f"TensorRT {what} breaks the I/O contract: {'; '.join(problems)}",
+                          "fix the ONNX model so names, dtypes and shapes match the contract")
+    return (f"I/O contract ({what}): names, dtypes, dynamic batch and fixed dims match; "
+            f"topk_indices is {io['topk_indices']['dtype']}")
+
+
+def size_budget(ctx: BuildContext, ccs: list[str]) -> int:
+    """float32 weights plus compiled kernels, which a plan carries once per compute capability
+    (measured: 2.8 MB FP32 / 3.4 MB INT8 for 5 capabilities with a 0.4 MB model)."""
+    return int(onnx_common.param_bytes(ctx.checkpoint.model) * 1.5) + MiB * max(len(ccs), 4)
+
+
+def timing_cache_path(ctx: BuildContext) -> Path | None:
+    """`<out>/.cache/tensorrt/timing.cache`, kept between builds. The core stages each target in
+    `<out>/.staging/<run>/<target>` (pipeline/publish.py), so the out dir is three levels up; an
+    explicit `trt_timing_cache` option wins, and a staging folder elsewhere (tests) gets none."""
+    if ctx.options.get("trt_timing_cache"):
+        return Path(ctx.options["trt_timing_cache"])
+    parents = ctx.staging.parents
+    if len(parents) >= 3 and parents[1].name == ".staging":
+        return parents[2] / ".cache" / "tensorrt" / "timing.cache"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
