@@ -7,6 +7,7 @@ from __future__ import annotations
 from pipeline.errors import InputError
 from pipeline.target import Target
 
+from .android import AndroidTarget
 from .coreml import CoremlTarget
 from .executorch import ExecutorchTarget
 from .ios import IosTarget
@@ -14,8 +15,9 @@ from .onnx import OnnxTarget
 from .onnx_int8 import OnnxInt8Target
 from .ptl import PtlTarget
 from .tensorrt import TensorRTTarget
+from .text_encoder import TextEncoderTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget())}
+TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget(), AndroidTarget(), TextEncoderTarget())}
 
 # Names that expand to several targets.
 GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TARGETS)}

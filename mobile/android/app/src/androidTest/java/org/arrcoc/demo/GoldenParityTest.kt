@@ -1,0 +1,55 @@
+// Runs the golden bundle through every .pte that contract.json lists, in the ExecuTorch Android
+// runtime on the device (or emulator), and holds each to the gate the build wrote for it, with the
+// metrics and tie rule of pipeline/parity.py. This is the on-device parity check the Linux build
+// cannot make (there, the executorch target measures the same .pte files in ExecuTorch's Python
+// runtime). Run: ./gradlew connectedAndroidTest (mobile/README.md, Android).
+package org.arrcoc.demo
+
+import android.util.Log
+import androidx.test.ext.junit.runners.AndroidJUnit4
+import androidx.test.platform.app.InstrumentationRegistry
+import org.junit.Assert.assertEquals
+import org.junit.Assert.assertFalse
+import org.junit.Assert.assertTrue
+import org.junit.Test
+import org.junit.runner.RunWith
+
+@RunWith(AndroidJUnit4::class)
+class GoldenParityTest {
+    // the app's own assets (contract.json and the files it names), not the test APK's
+    private val context get() = InstrumentationRegistry.getInstrumentation().targetContext
+
+    @Test
+    fun everyArtifactMeetsItsGate() {
+        val contract = Contract.load(context)
+        assertFalse("contract.json lists no artifacts", contract.artifacts.isEmpty())
+        val results = GoldenCheck.run(context, contract)
+        assertEquals(contract.artifacts.keys, results.map { it.key }.toSet())
+        for (r in results) {
+            Log.i("GoldenParityTest", "golden parity ${r.key} (${r.file}): ${r.metrics.toSortedMap()}")
+            assertTrue("${r.file}: ${r.failures}", r.passed)
+            assertTrue("${r.file}: no golden samples ran", (r.metrics["samples"] ?: 0.0) >= 1.0)
+        }
+    }
+
+    @Test
+    fun presetsMatchTheQueryWidth() {
+        val contract = Contract.load(context)
+        for (item in contract.presets.items) {
+            assertEquals(item.text, contract.model.queryDim, item.embedding.size)
+        }
+    }
+
+    @Test
+    fun tieRuleMatchesPipelineParity() {
+        // scores 0.9, 0.5, 0.5004, 0.1 with K = 2: the reference picks {0, 2}; picking {0, 1}
+        // swaps a tie at the K-th place (within 1e-3) and counts as agreement, strictly it is 1/2.
+        val scores = floatArrayOf(0.9f, 0.5f, 0.5004f, 0.1f)
+        val (withTies, strict) = Parity.topkOverlap(scores, intArrayOf(0, 2), intArrayOf(0, 1), 1e-3)
+        assertEquals(1.0, withTies, 0.0)
+        assertEquals(0.5, strict, 0.0)
+        // picking patch 3 (0.1) is no tie: it does not count
+        val (noTie, _) = Parity.topkOverlap(scores, intArrayOf(0, 2), intArrayOf(0, 3), 1e-3)
+        assertEquals(0.5, noTie, 0.0)
+    }
+}

@@ -1,0 +1,211 @@
+// contract.json, written by `invoke build --target android` (targets/mobile_contract.py + targets/android.py).
+// It is the ONLY asset name the app knows: every other file (the .pte programs, the golden bundle, the
+// sample photo) and every tensor name, shape, dtype and gate is read from it. Keys are spelled exactly
+// as in the file (snake_case) and read with org.json's get* calls, so a key the build renames fails
+// loudly; tests/test_android.py checks every key read here exists in the contract the build writes.
+package org.arrcoc.demo
+
+import android.content.Context
+import org.json.JSONArray
+import org.json.JSONObject
+import java.io.File
+import java.io.InputStream
+import java.security.MessageDigest
+
+/** One tensor of an artifact's I/O table. `shape` holds null for the dynamic batch dimension. */
+data class TensorSpec(val name: String, val dtype: String, val shape: List<Int?>) {
+    /** The shape with the dynamic dimension set to [batch]. */
+    fun shapeFor(batch: Int): LongArray = shape.map { (it ?: batch).toLong() }.toLongArray()
+    val numelPerSample: Int get() = shape.filterNotNull().fold(1) { a, b -> a * b }
+}
+
+/** Limits as pipeline/parity.py's Gate: metric <= max[name], metric >= min[name]. */
+data class GateSpec(val max: Map<String, Double>, val min: Map<String, Double>, val tieTolerance: Double)
+
+data class ArtifactEntry(
+    val key: String,
+    val file: String,
+    val variant: String,
+    val bytes: Long,
+    val sha256: String,
+    val topkDtype: String,
+    val maxBatch: Int,
+    val gate: GateSpec,
+    /** Ordered as the program's inputs: [image, query]. */
+    val inputs: List<TensorSpec>,
+    /** Ordered as the program's outputs: [relevance, topk_indices, weights]. */
+    val outputs: List<TensorSpec>,
+) {
+    val imageInput get() = inputs[0]
+    val queryInput get() = inputs[1]
+    val relevanceOutput get() = outputs[0]
+    val topkOutput get() = outputs[1]
+    val weightsOutput get() = outputs[2]
+}
+
+data class ModelInfo(
+    val imageSize: Int,
+    val grid: Int,
+    val numPatches: Int,
+    val topK: Int,
+    val queryDim: Int,
+    val weightsOrder: List<String>,
+)
+
+data class Preprocessing(
+    val color: String,
+    val alpha: String,
+    val layout: String,
+    val dtype: String,
+    val scale: Float,
+    val resize: List<Int>,
+)
+
+class Preset(val text: String, val embedding: FloatArray)
+
+data class Presets(val source: String?, val items: List<Preset>, val note: String?)
+
+data class GoldenFiles(val json: String, val bin: String)
+
+data class AppInfo(val defaultArtifact: String, val sampleImage: String)
+
+class Contract(
+    val version: Int,
+    val model: ModelInfo,
+    val preprocessing: Preprocessing,
+    val artifacts: Map<String, ArtifactEntry>,
+    val golden: GoldenFiles,
+    val presets: Presets,
+    val app: AppInfo,
+) {
+    /** A file the contract names, from the APK's assets. */
+    fun openAsset(context: Context, name: String): InputStream = context.assets.open(name)
+
+    /**
+     * An artifact as a plain file (Module.load takes a path, and APK assets are not files): copied
+     * once into the app's files folder, then checked against the contract's bytes and sha256.
+     */
+    fun artifactFile(context: Context, entry: ArtifactEntry): File {
+        val dest = File(context.filesDir, "models/${entry.sha256.take(16)}-${entry.file}")
+        if (!dest.isFile || dest.length() != entry.bytes) {
+            dest.parentFile?.mkdirs()
+            val tmp = File(dest.path + ".tmp")
+            openAsset(context, entry.file).use { input -> tmp.outputStream().use { input.copyTo(it) } }
+            check(tmp.renameTo(dest)) { "could not write ${dest.path}" }
+        }
+        val digest = MessageDigest.getInstance("SHA-256")
+        dest.inputStream().use { input ->
+            val buf = ByteArray(1 shl 16)
+            while (true) {
+                val n = input.read(buf)
+                if (n < 0) break
+                digest.update(buf, 0, n)
+            }
+        }
+        val sha = digest.digest().joinToString("") { "%02x".format(it) }
+        if (dest.length() != entry.bytes || sha != entry.sha256) {
+            dest.delete()
+            throw ContractException("${entry.file} differs from contract.json (bytes/sha256): rebuild the app's assets")
+        }
+        return dest
+    }
+
+    companion object {
+        /** The one asset name the app knows; everything else comes from inside it. */
+        const val FILE_NAME = "contract.json"
+        const val SUPPORTED_VERSION = 1
+
+        fun load(context: Context): Contract {
+            val text = try {
+                context.assets.open(FILE_NAME).bufferedReader().use { it.readText() }
+            } catch (e: java.io.IOException) {
+                throw ContractException("assets/$FILE_NAME is missing: run `invoke build --target android` first")
+            }
+            return parse(text)
+        }
+
+        fun parse(text: String): Contract {
+            val o = JSONObject(text)
+            val version = o.getInt("version")
+            if (version != SUPPORTED_VERSION) throw ContractException("contract version $version, app reads $SUPPORTED_VERSION")
+            val m = o.getJSONObject("model")
+            val model = ModelInfo(
+                imageSize = m.getInt("image_size"),
+                grid = m.getInt("grid"),
+                numPatches = m.getInt("num_patches"),
+                topK = m.getInt("top_k"),
+                queryDim = m.getInt("query_dim"),
+                weightsOrder = m.getJSONArray("weights_order").strings(),
+            )
+            val p = o.getJSONObject("preprocessing")
+            val pre = Preprocessing(
+                color = p.getString("color"),
+                alpha = p.getString("alpha"),
+                layout = p.getString("layout"),
+                dtype = p.getString("dtype"),
+                scale = p.getDouble("scale").toFloat(),
+                resize = p.getJSONArray("resize").ints(),
+            )
+            val arts = o.getJSONObject("artifacts")
+            val artifacts = arts.keys().asSequence().sorted().associateWith { key -> artifact(key, arts.getJSONObject(key)) }
+            val g = o.getJSONObject("golden")
+            val ps = o.getJSONObject("presets")
+            val items = ps.getJSONArray("items")
+            val presets = Presets(
+                source = if (ps.isNull("source")) null else ps.getString("source"),
+                items = (0 until items.length()).map { i ->
+                    val item = items.getJSONObject(i)
+                    Preset(item.getString("text"), item.getJSONArray("embedding").floats())
+                },
+                note = if (ps.isNull("note")) null else ps.getString("note"),
+            )
+            val a = o.getJSONObject("app")
+            val contract = Contract(
+                version, model, pre, artifacts,
+                GoldenFiles(g.getString("json"), g.getString("bin")),
+                presets,
+                AppInfo(a.getString("default_artifact"), a.getString("sample_image")),
+            )
+            if (contract.app.defaultArtifact !in artifacts) {
+                throw ContractException("default_artifact ${contract.app.defaultArtifact} is not among the artifacts")
+            }
+            return contract
+        }
+
+        private fun artifact(key: String, e: JSONObject): ArtifactEntry {
+            val gate = e.getJSONObject("gate")
+            return ArtifactEntry(
+                key = key,
+                file = e.getString("file"),
+                variant = e.getString("variant"),
+                bytes = e.getLong("bytes"),
+                sha256 = e.getString("sha256"),
+                topkDtype = e.getString("topk_dtype"),
+                maxBatch = e.getInt("max_batch"),
+                gate = GateSpec(
+                    max = gate.getJSONObject("max").doubles(),
+                    min = gate.getJSONObject("min").doubles(),
+                    tieTolerance = gate.getDouble("tie_tolerance"),
+                ),
+                inputs = tensors(e.getJSONArray("inputs")),
+                outputs = tensors(e.getJSONArray("outputs")),
+            )
+        }
+
+        private fun tensors(list: JSONArray): List<TensorSpec> = (0 until list.length()).map { i ->
+            val t = list.getJSONObject(i)
+            val shape = t.getJSONArray("shape")
+            // a number is a fixed size; a string names the dynamic batch dimension
+            TensorSpec(t.getString("name"), t.getString("dtype"),
+                (0 until shape.length()).map { j -> shape.get(j) as? Int })
+        }
+
+        private fun JSONArray.strings() = (0 until length()).map { getString(it) }
+        private fun JSONArray.ints() = (0 until length()).map { getInt(it) }
+        private fun JSONArray.floats() = FloatArray(length()) { getDouble(it).toFloat() }
+        private fun JSONObject.doubles(): Map<String, Double> =
+            keys().asSequence().associateWith { getDouble(it) }
+    }
+}
+
+class ContractException(message: String) : RuntimeException(message)

@@ -1,0 +1,214 @@
+// One screen, plain Views: bundled sample or a picked photo, a preset query, a model variant; the
+// relevance heatmap with the top-K patches outlined, and the weights of the three ways of knowing.
+// "Self-check" runs the golden bundle through every artifact on this device (as GoldenParityTest).
+package org.arrcoc.demo
+
+import android.content.Context
+import android.graphics.Bitmap
+import android.graphics.Canvas
+import android.graphics.Color
+import android.graphics.Paint
+import android.graphics.RectF
+import android.net.Uri
+import android.os.Bundle
+import android.view.View
+import android.widget.AdapterView
+import android.widget.ArrayAdapter
+import android.widget.Button
+import android.widget.LinearLayout
+import android.widget.Spinner
+import android.widget.TextView
+import androidx.activity.ComponentActivity
+import androidx.activity.result.PickVisualMediaRequest
+import androidx.activity.result.contract.ActivityResultContracts
+import java.util.Locale
+import java.util.concurrent.Executors
+
+class MainActivity : ComponentActivity() {
+    private val worker = Executors.newSingleThreadExecutor()
+    private var contract: Contract? = null
+    private var model: RelevanceModel? = null // touched on the worker thread only
+    private var square: Bitmap? = null
+    private var artifactKey: String? = null
+    private var presetIndex = 0
+
+    private lateinit var status: TextView
+    private lateinit var weights: TextView
+    private lateinit var heatmap: HeatmapView
+
+    private val pickPhoto = registerForActivityResult(ActivityResultContracts.PickVisualMedia()) { uri: Uri? ->
+        if (uri != null) loadPhoto { contentResolver.openInputStream(uri) ?: throw IllegalArgumentException("cannot open $uri") }
+    }
+
+    override fun onCreate(savedInstanceState: Bundle?) {
+        super.onCreate(savedInstanceState)
+        val pad = (12 * resources.displayMetrics.density).toInt()
+        val root = LinearLayout(this).apply { orientation = LinearLayout.VERTICAL; setPadding(pad, pad, pad, pad) }
+        val buttons = LinearLayout(this).apply { orientation = LinearLayout.HORIZONTAL }
+        val sampleButton = Button(this).apply { text = "Sample" }
+        val photoButton = Button(this).apply { text = "Photo…" }
+        val checkButton = Button(this).apply { text = "Self-check" }
+        listOf(sampleButton, photoButton, checkButton).forEach { buttons.addView(it) }
+        val querySpinner = Spinner(this)
+        val modelSpinner = Spinner(this)
+        status = TextView(this)
+        weights = TextView(this)
+        heatmap = HeatmapView(this)
+        root.addView(buttons)
+        root.addView(label("Query"))
+        root.addView(querySpinner)
+        root.addView(label("Model"))
+        root.addView(modelSpinner)
+        root.addView(heatmap, LinearLayout.LayoutParams(LinearLayout.LayoutParams.MATCH_PARENT, 0, 1f))
+        root.addView(weights)
+        root.addView(status)
+        setContentView(root)
+
+        val c = try {
+            Contract.load(this)
+        } catch (e: Exception) {
+            status.text = e.message
+            listOf(sampleButton, photoButton, checkButton).forEach { it.isEnabled = false }
+            return
+        }
+        contract = c
+        artifactKey = c.app.defaultArtifact
+
+        if (c.presets.items.isEmpty()) {
+            status.text = "No preset queries in contract.json: ${c.presets.note}"
+            listOf(sampleButton, photoButton).forEach { it.isEnabled = false }
+        }
+        querySpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_dropdown_item, c.presets.items.map { it.text })
+        querySpinner.onItemSelectedListener = onSelect { presetIndex = it; infer() }
+        val keys = c.artifacts.keys.toList()
+        modelSpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_dropdown_item,
+            keys.map { "$it (${c.artifacts.getValue(it).file}, ${c.artifacts.getValue(it).bytes / 1024} KB)" })
+        modelSpinner.setSelection(keys.indexOf(c.app.defaultArtifact))
+        modelSpinner.onItemSelectedListener = onSelect { i ->
+            if (keys[i] != artifactKey) {
+                artifactKey = keys[i]
+                worker.execute { model?.close(); model = null }
+                infer()
+            }
+        }
+
+        sampleButton.setOnClickListener { loadPhoto { c.openAsset(this, c.app.sampleImage) } }
+        photoButton.setOnClickListener {
+            pickPhoto.launch(PickVisualMediaRequest(ActivityResultContracts.PickVisualMedia.ImageOnly))
+        }
+        checkButton.setOnClickListener { selfCheck(c) }
+        loadPhoto { c.openAsset(this, c.app.sampleImage) }
+    }
+
+    override fun onDestroy() {
+        worker.execute { model?.close(); model = null }
+        worker.shutdown()
+        super.onDestroy()
+    }
+
+    private fun label(text: String) = TextView(this).apply { this.text = text }
+
+    private fun onSelect(action: (Int) -> Unit) = object : AdapterView.OnItemSelectedListener {
+        override fun onItemSelected(parent: AdapterView<*>?, view: View?, position: Int, id: Long) = action(position)
+        override fun onNothingSelected(parent: AdapterView<*>?) {}
+    }
+
+    private fun loadPhoto(open: () -> java.io.InputStream) {
+        val c = contract ?: return
+        status.text = "Reading photo…"
+        worker.execute {
+            try {
+                val upright = Preprocess.decodeUpright(open, c.preprocessing.resize.max())
+                val sq = Preprocess.squareOnWhite(upright, c.preprocessing)
+                runOnUiThread { square = sq; infer() }
+            } catch (e: Exception) {
+                runOnUiThread { status.text = "Could not read that image: ${e.message}" }
+            }
+        }
+    }
+
+    /** Preprocess the current photo, run the chosen model with the chosen preset query, draw. */
+    private fun infer() {
+        val c = contract ?: return
+        val sq = square ?: return
+        val key = artifactKey ?: return
+        val preset = c.presets.items.getOrNull(presetIndex) ?: return
+        status.text = "Running $key…"
+        worker.execute {
+            try {
+                val m = model ?: RelevanceModel.open(this, c, key).also { model = it }
+                val input = Preprocess.toTensor(sq, c.preprocessing)
+                val start = System.nanoTime()
+                val p = m.predict(input, preset.embedding)
+                val ms = (System.nanoTime() - start) / 1e6
+                runOnUiThread {
+                    heatmap.show(sq, p, c.model.grid)
+                    weights.text = c.model.weightsOrder.zip(p.weights.toList())
+                        .joinToString("   ") { (n, w) -> String.format(Locale.US, "%s %.2f", n, w) }
+                    status.text = String.format(Locale.US, "%s: %.1f ms (ExecuTorch, %s); red = relevance, yellow = top-%d",
+                        preset.text, ms, m.entry.file, c.model.topK)
+                }
+            } catch (e: Exception) {
+                runOnUiThread { status.text = "Inference failed: ${e.message}" }
+            }
+        }
+    }
+
+    private fun selfCheck(c: Contract) {
+        status.text = "Self-check: running the golden bundle through every model…"
+        worker.execute {
+            val text = try {
+                GoldenCheck.run(this, c).joinToString("\n") { r ->
+                    val head = if (r.passed) "PASS" else "FAIL"
+                    val topk = r.metrics["topk_overlap_min"] ?: Double.NaN
+                    val rel = r.metrics["relevance_max_abs"] ?: Double.NaN
+                    String.format(Locale.US, "%s %s: top-K min %.3f, relevance max abs %.2g %s",
+                        head, r.file, topk, rel, r.failures.joinToString("; "))
+                }
+            } catch (e: Exception) {
+                "Self-check failed: ${e.message}"
+            }
+            runOnUiThread { status.text = text }
+        }
+    }
+}
+
+/** The model-resolution photo, a red overlay with alpha = relevance, and the top-K patches outlined. */
+class HeatmapView(context: Context) : View(context) {
+    private var bitmap: Bitmap? = null
+    private var prediction: Prediction? = null
+    private var grid = 1
+    private val fill = Paint()
+    private val outline = Paint().apply { style = Paint.Style.STROKE; color = Color.YELLOW; strokeWidth = 2f }
+    private val photoPaint = Paint(Paint.FILTER_BITMAP_FLAG)
+
+    fun show(bitmap: Bitmap, prediction: Prediction, grid: Int) {
+        this.bitmap = bitmap
+        this.prediction = prediction
+        this.grid = grid
+        invalidate()
+    }
+
+    override fun onDraw(canvas: Canvas) {
+        val b = bitmap ?: return
+        val side = minOf(width, height).toFloat()
+        val left = (width - side) / 2
+        val top = (height - side) / 2
+        canvas.drawBitmap(b, null, RectF(left, top, left + side, top + side), photoPaint)
+        val p = prediction ?: return
+        val cell = side / grid
+        // relevance[r * grid + c] scores the patch at row r, column c (contract: model.patch_index)
+        for (i in p.relevance.indices) {
+            val r = i / grid
+            val c = i % grid
+            fill.color = Color.argb((p.relevance[i].coerceIn(0f, 1f) * 150).toInt(), 255, 0, 0)
+            canvas.drawRect(left + c * cell, top + r * cell, left + (c + 1) * cell, top + (r + 1) * cell, fill)
+        }
+        for (i in p.topk) {
+            if (i < 0 || i >= grid * grid) continue
+            val r = i / grid
+            val c = i % grid
+            canvas.drawRect(left + c * cell + 1, top + r * cell + 1, left + (c + 1) * cell - 1, top + (r + 1) * cell - 1, outline)
+        }
+    }
+}
