@@ -29,6 +29,9 @@ def parity_cell(report) -> str:
     if "topk_overlap_mean" not in m:
         return "not measured"
     text = f"rel max {m['relevance_max_abs']:.1e}, top-K {m['topk_overlap_mean']:.3f}"
+    source = report.variant.info.get("parity_from")  # numbers measured by another stage (app bundles)
+    if source:
+        return f"{text} (from {source.split(',')[0]})"
     return text if report.status != "unverified" else text + " (reference check)"
 
 
