@@ -14,10 +14,11 @@ from .ios import IosTarget
 from .onnx import OnnxTarget
 from .onnx_int8 import OnnxInt8Target
 from .ptl import PtlTarget
+from .web import WebTarget
 from .tensorrt import TensorRTTarget
 from .text_encoder import TextEncoderTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget(), AndroidTarget(), TextEncoderTarget())}
+TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), WebTarget(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget(), AndroidTarget(), TextEncoderTarget())}
 
 # Names that expand to several targets.
 GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TARGETS)}

