@@ -132,26 +132,45 @@ def int8_source(ctx: BuildContext) -> tuple[Path | None, str, dict]:
 
 
 def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, str, dict]:
-    """Re-run onnx-int8's chosen candidate with zero-point-0 activations; gate it in onnxruntime."""
+    """Re-quantise with zero-point-0 activations: onnx-int8's chosen candidate first, then the
+    others, each measured on the calibration split (as onnx-int8 selects); the first that passes
+    the INT8 gate there is held to it on the held-out split in onnxruntime before any plan is built."""
     from . import onnx_int8
 
-    candidate = next(c for c in onnx_int8.CANDIDATES if c.name == quant_info["candidate"])
+    chosen = quant_info["candidate"]
+    order = sorted(onnx_int8.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order
     split, _ = onnx_int8.calibration_split(ctx)
-    dst = ctx.staging / "model.int8-symmetric.onnx"
-    onnx_int8.quantize(_upstream_model(ctx, "onnx"), dst, split, candidate,
-                       onnx_int8.learned_weight_names(ctx), a16=False, symmetric=True)
-    gate = LOSSY
+    fp32, learned, gate = _upstream_model(ctx, "onnx"), onnx_int8.learned_weight_names(ctx), LOSSY
+    parity_failures = lambda m: [f for f in gate.failures(m) if not f.startswith("size_bytes")]  # noqa: E731
+    tried = {}
+    for candidate in order:
+        dst = ctx.staging / f"model.int8-symmetric.{candidate.name}.onnx"
+        onnx_int8.quantize(fp32, dst, split, candidate, learned, a16=False, symmetric=True)
+        failures = parity_failures(onnx_int8.measure(dst, split, gate.tie_tolerance))
+        tried[candidate.name] = failures or "passed"
+        ctx.log(f"[tensorrt] symmetric INT8 '{candidate.name}' on the calibration split: "
+                f"{', '.join(failures) if failures else 'passes'}")
+        if not failures:
+            break
+        dst.unlink()
+    else:
+        return None, ("no symmetric INT8 candidate passes the INT8 gate on the calibration split: "
+                      + "; ".join(f"{n}: {', '.join(f)}" for n, f in tried.items())), \
+            {"symmetric_requantised": {"candidate": None, "candidates_tried": tried, "passed_int8_gate": False}}
     metrics = onnx_int8.measure(dst, ctx.golden.heldout, gate.tie_tolerance)
-    failures = [f for f in gate.failures(metrics) if not f.startswith("size_bytes")]
+    failures = parity_failures(metrics)
     ctx.log(f"[tensorrt] symmetric INT8 QDQ in onnxruntime (held-out): top-K {metrics['topk_overlap_mean']:.3f} "
             f"(min {metrics['topk_overlap_min']:.3f}), rel mean {metrics['relevance_mean_abs']:.1e}")
     info = {"symmetric_requantised": {
-        "candidate": candidate.name, "calibration_sha256": split.sha256, "passed_int8_gate": not failures,
+        "candidate": candidate.name, "candidates_tried": tried, "calibration_sha256": split.sha256,
+        "passed_int8_gate": not failures,
         "onnxruntime_heldout": {k: metrics[k] for k in ("topk_overlap_mean", "topk_overlap_min",
                                                         "relevance_mean_abs", "relevance_max_abs")}}}
     if failures:
         return None, f"symmetric INT8 re-quantisation fails the INT8 gate in onnxruntime ({', '.join(failures)})", info
-    return dst, "", info
+    final = dst.with_name("model.int8-symmetric.onnx")
+    dst.replace(final)
+    return final, "", info
 
 
 def first_nonzero_zero_point(path: Path) -> str | None:

@@ -97,8 +97,9 @@ def test_int8_plan_from_symmetric_qdq(make_ctx, trt_out, golden):
 
 
 def test_asymmetric_qdq_is_requantised_symmetrically_and_gated_first(make_ctx, trt_out):
-    """onnx-int8's own model has asymmetric activations (TensorRT takes zero point 0 only): the
-    same recipe is re-quantised symmetrically and must pass the INT8 gate in onnxruntime first."""
+    """onnx-int8's own model has asymmetric activations (TensorRT takes zero point 0 only): it is
+    re-quantised symmetrically (its own recipe tried first, chosen on the calibration split) and
+    must pass the INT8 gate in onnxruntime on the held-out split first."""
     from targets.tensorrt import first_nonzero_zero_point, int8_source
 
     entry = json.loads((trt_out / "manifest.json").read_text())["targets"]
@@ -111,11 +112,11 @@ def test_asymmetric_qdq_is_requantised_symmetrically_and_gated_first(make_ctx, t
     ctx = make_ctx(upstream={"onnx": _stage("onnx", "fp32", trt_out / "onnx" / "model.onnx"), "onnx-int8": stage})
     path, why, info = int8_source(ctx)
     sym = info["symmetric_requantised"]
-    assert sym["candidate"] == stage.primary.variant.info["candidate"]
-    held = sym["onnxruntime_heldout"]
+    assert next(iter(sym["candidates_tried"])) == stage.primary.variant.info["candidate"]
     if path is None:  # a measured failure: no plan, and the reason carries the gate's verdict
-        assert not sym["passed_int8_gate"] and "fails the INT8 gate" in why
+        assert not sym["passed_int8_gate"] and "INT8 gate" in why
     else:
+        held = sym["onnxruntime_heldout"]
         assert first_nonzero_zero_point(path) is None and sym["passed_int8_gate"]
         assert held["topk_overlap_mean"] >= 0.98 and held["topk_overlap_min"] >= 0.95
 
