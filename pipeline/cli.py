@@ -8,7 +8,9 @@ from pathlib import Path
 from .errors import ArrcocError
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CHECKPOINT = REPO / "checkpoints" / "arrcoc-v0.1-default.safetensors"
+# The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
+# seeded initialisation it started from, kept as the untrained baseline (pipeline/train.py).
+DEFAULT_CHECKPOINT = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
 DEFAULT_OUT = REPO / "artifacts"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU latency of the relevance model in PyTorch, for a CUDA machine with only torch + safetensors.
 
-    python scripts/gpu_bench.py [--checkpoint checkpoints/arrcoc-v0.1-default.safetensors]
+    python scripts/gpu_bench.py [--checkpoint checkpoints/arrcoc-v0.1-trained.safetensors]
 
 Measures batch 1 and 8 for three configurations: eager, torch.compile (default mode) and
 torch.compile(mode="reduce-overhead") (CUDA graphs). Each configuration runs in its OWN process:
@@ -53,7 +53,7 @@ def measure(config: str, checkpoint: Path, batch: int, runs: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--checkpoint", default=str(REPO / "checkpoints" / "arrcoc-v0.1-default.safetensors"))
+    ap.add_argument("--checkpoint", default=str(REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"))
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--one", help=argparse.SUPPRESS)  # "config:batch", run in a child process
     args = ap.parse_args()
