@@ -428,3 +428,22 @@ def test_a_console_error_fails_verification(built, browser, golden):
             session.run_raw("fp32", golden.heldout.inputs(0, 1))
     finally:
         session.close()
+
+
+def test_bench_cases_time_inference_in_the_page(built):
+    """`invoke bench`'s browser cases run the published site at 1 and 2 threads and report the
+    page's own clock (no automation round trip), on the same inputs as the other runtimes."""
+    from targets import TARGETS
+
+    out, _ = built
+    entry = json.loads((out / "manifest.json").read_text())["targets"]["web"]
+    cases = TARGETS["web"].bench_cases(out, entry)
+    rng = np.random.default_rng(0)
+    inputs = {"image": rng.random((1, 3, 224, 224), dtype=np.float32),
+              "query": rng.standard_normal((1, 384)).astype(np.float32)}
+    names = [c.runtime for c in cases]
+    assert any("(1 thread, in-page clock)" in n for n in names), names
+    assert all(c.self_timed for c in cases)
+    for case in cases:
+        ms = float(case.run(inputs))
+        assert 0 < ms < 60_000, (case.runtime, ms)
