@@ -177,13 +177,20 @@ def write_bundle(split: GoldenSplit, folder: Path, gate: dict, count: int = 2, t
     }
     if topk_dtype != "int64":
         arrays["topk_indices"] = arrays["topk_indices"].astype(topk_dtype)
+    index = write_array_bundle(folder / "golden.bin", arrays)
+    meta = {"samples": split.names[:count], "arrays": index, "gate": gate, "reference": "eager PyTorch float32"}
+    (folder / "golden.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return [folder / "golden.json", folder / "golden.bin"]
+
+
+def write_array_bundle(path: Path, arrays: dict[str, np.ndarray]) -> dict:
+    """Concatenate arrays as little-endian bytes into `path`; returns the index (dtype, shape,
+    offset, bytes per name) that the page and the apps read the file with."""
     index, offset = {}, 0
-    with open(folder / "golden.bin", "wb") as f:
+    with open(path, "wb") as f:
         for name, arr in arrays.items():
             data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
             index[name] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "offset": offset, "bytes": len(data)}
             f.write(data)
             offset += len(data)
-    meta = {"samples": split.names[:count], "arrays": index, "gate": gate, "reference": "eager PyTorch float32"}
-    (folder / "golden.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return [folder / "golden.json", folder / "golden.bin"]
+    return index

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
+from pipeline.golden import write_array_bundle
 from pipeline.model import OUTPUT_NAMES
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
@@ -216,13 +217,7 @@ def write_selfcheck(site: Path, ctx: BuildContext, models: dict[str, Path]) -> l
     for name, path in models.items():
         outs = onnx_common.ort_runner(path).run(split.inputs(0, n))
         arrays.update({f"{name}.{k}": outs[k] for k in OUTPUT_NAMES})
-    index, offset = {}, 0
-    with open(site / "selfcheck.bin", "wb") as f:
-        for name, arr in arrays.items():
-            data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
-            index[name] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "offset": offset, "bytes": len(data)}
-            f.write(data)
-            offset += len(data)
+    index = write_array_bundle(site / "selfcheck.bin", arrays)
     import onnxruntime
 
     meta = {"samples": split.names[:n], "arrays": index,
