@@ -61,7 +61,7 @@ def build_for_this_gpu(backend, onnx_path: str, dst: Path) -> str:
     builder = trt.Builder(backend.logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, backend.logger)
-    if not parser.parse(Path(onnx_path).read_bytes()):
+    if not parser.parse(sys.modules["trt_backend"].prepare_onnx(Path(onnx_path))):  # as the target does
         return f"parse failed: {parser.get_error(0).desc()}"
     config = builder.create_builder_config()
     config.num_compute_capabilities = 1
@@ -81,7 +81,8 @@ def build_for_this_gpu(backend, onnx_path: str, dst: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("plan", help="a plan built by `invoke build --target tensorrt`")
-    ap.add_argument("--onnx", help="the (folded) ONNX model the plan came from, for comparison and a CURRENT build")
+    ap.add_argument("--onnx", help="the ONNX model the plan came from (artifacts/onnx/model.onnx), for comparison and a CURRENT build; "
+                         "constant subgraphs are folded as the target does")
     ap.add_argument("--ccs", default=None, help="the plan's compute capabilities (default: TensorRT-RTX's list)")
     args = ap.parse_args()
     tb = load_adapter()

@@ -19,6 +19,7 @@ from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
 from . import onnx_common, trt_backend
+from .trt_backend import prepare_onnx
 
 MiB = 1024 * 1024
 # TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
@@ -189,62 +190,6 @@ def first_nonzero_zero_point(path: Path) -> str | None:
             if zp is not None and np.any(numpy_helper.to_array(zp) != 0):
                 return node.name
     return None
-
-
-def prepare_onnx(path: Path) -> bytes:
-    """The model's bytes with constant-only subgraphs folded. Why: the exporter (optimize=False, see
-    onnx_common.export_onnx) leaves ReduceL2's axes as Reshape(Constant), and TensorRT's parser
-    requires reduce axes that are plain initializers. Folding evaluates exactly those nodes with
-    ONNX's reference implementation, so no value changes (unlike a general optimiser, which rewrites
-    `x + eps`); a node that cannot be evaluated is left for the parser to report."""
-    import onnx
-
-    model = onnx.load(str(path))
-    fold_constants(model)
-    return model.SerializeToString()
-
-
-def fold_constants(model) -> int:
-    import numpy as np
-    from onnx import helper, numpy_helper
-
-    graph = model.graph
-    init_names = {i.name for i in graph.initializer}
-    values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    kept, folded = [], 0
-    for node in graph.node:
-        if node.domain in ("", "ai.onnx") and all(i == "" or i in values for i in node.input):
-            outs = _evaluate(node, values, model.opset_import)
-            if outs is not None:
-                values.update(zip(node.output, outs))
-                folded += 1
-                continue
-        kept.append(node)
-    needed = {o.name for o in graph.output}
-    live = []
-    for node in reversed(kept):  # drop what no output needs any more
-        if any(o in needed for o in node.output):
-            live.append(node)
-            needed.update(i for i in node.input if i)
-    consts = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(values[name]), name))
-              for name in values if name in needed and name not in init_names]
-    del graph.node[:]
-    graph.node.extend(consts + live[::-1])
-    return folded
-
-
-def _evaluate(node, values, opsets):
-    import numpy as np
-    from onnx import helper, numpy_helper
-    from onnx.reference import ReferenceEvaluator
-
-    try:
-        inits = [numpy_helper.from_array(np.asarray(values[i]), i) for i in dict.fromkeys(node.input) if i]
-        outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output]
-        graph = helper.make_graph([node], "fold", [], outs, initializer=inits)
-        return ReferenceEvaluator(helper.make_model(graph, opset_imports=opsets)).run(None, {})
-    except Exception:  # noqa: BLE001 - not evaluable here: leave it in the graph for TensorRT to judge
-        return None
 
 
 # ------------------------------------------------------------------ checks and settings
