@@ -95,6 +95,10 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256, "rows": rows}
     write_json_atomic(out / "bench.json", result)
+    from . import report
+
+    with report.never_fails(log):  # the report shows the latest latencies next to the parity
+        report.write_report(out, heldout, log)
     return result
 
 

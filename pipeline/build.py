@@ -199,16 +199,11 @@ def _build_locked(order, checkpoint, out, log, strict, started, options) -> Buil
 
 
 def _write_report(out, stages, ckpt, golden, log) -> None:
-    """The report describes what is already published: failing to draw it must not undo that."""
     from . import report
 
-    try:
+    with report.never_fails(log):
         report.save_outputs(out, stages, ckpt.sha256)
         report.write_report(out, golden.heldout, log)
-    except ImportError as exc:
-        log(f"report: not written ({exc}); install the 'report' extra (pip install -e '.[report]')")
-    except Exception as exc:  # noqa: BLE001 - a plotting bug must not turn a good build into a failed one
-        log(f"report: not written ({type(exc).__name__}: {exc}); the artifacts and manifest are published")
 
 
 def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options) -> StageResult:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import contextlib
 import json
 import os
 import tempfile
@@ -80,6 +81,17 @@ def write_report(out: Path, heldout: GoldenSplit, log=print) -> tuple[Path, Path
     _write_atomic(md_path, render_markdown(manifest, bench))
     log(f"report: {html_path} ({len(page) // 1024} KB)")
     return html_path, md_path
+
+
+@contextlib.contextmanager
+def never_fails(log):
+    """The report describes what is already published: failing to draw it must not undo that."""
+    try:
+        yield
+    except ImportError as exc:
+        log(f"report: not written ({exc}); install the 'report' extra (pip install -e '.[report]')")
+    except Exception as exc:  # noqa: BLE001 - a plotting bug must not turn a good build into a failed one
+        log(f"report: not written ({type(exc).__name__}: {exc}); the artifacts and manifest are published")
 
 
 def _read_bench(out: Path) -> dict | None:

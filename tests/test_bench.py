@@ -30,6 +30,10 @@ def test_bench_writes_rows_side_by_side(tmp_path):
     assert want <= have
     eager = [r for r in rows if r["runtime"].startswith("torch eager")]
     assert all(r["vs_torch_eager"] == 1.0 for r in eager)
+    # the build's report now shows these latencies
+    md = (out / "REPORT.md").read_text()
+    assert all(f"| {r['case']} | {r['runtime']} | {r['batch']} | {r['threads']} | " in md for r in rows)
+    assert eager[0]["runtime"] in (out / "report.html").read_text()
 
 
 def test_bench_without_artifacts_is_a_clear_error(tmp_path):
