@@ -13,9 +13,9 @@ overlap against eager, so disagreement is visible at a glance.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
-import contextlib
 import json
 import os
 import tempfile

@@ -19,7 +19,6 @@ from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
 from . import onnx_common, trt_backend
-from .trt_backend import prepare_onnx
 
 MiB = 1024 * 1024
 # TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
@@ -64,7 +63,7 @@ class TensorRTTarget(Target):
 
     def _build_variant(self, ctx, backend, src: Path, precision: str, cache, primary=False) -> Variant:
         ctx.log(f"[tensorrt] {precision}: parsing {src.name} and building the plan with {backend.label}")
-        parsed = trt_backend.parse_onnx(backend, prepare_onnx(src), src.name, strongly_typed=precision != "fp16")
+        parsed = trt_backend.parse_onnx(backend, trt_backend.prepare_onnx(src), src.name, strongly_typed=precision != "fp16")
         dims = {n: s[1:] for n, s in onnx_common.contract_shapes(ctx.config).items() if n in ("image", "query")}
         plan = ctx.staging / f"model.{precision}.plan"
         settings = trt_backend.build_plan(parsed, plan, precision, dims, cache)
@@ -155,7 +154,7 @@ def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, st
             break
         dst.unlink()
     else:
-        return None, ("no symmetric INT8 candidate passes the INT8 gate on the calibration split: "
+        return None, ("every symmetric INT8 candidate fails the INT8 gate on the calibration split: "
                       + "; ".join(f"{n}: {', '.join(f)}" for n, f in tried.items())), \
             {"symmetric_requantised": {"candidate": None, "candidates_tried": tried, "passed_int8_gate": False}}
     metrics = onnx_int8.measure(dst, ctx.golden.heldout, gate.tie_tolerance)

@@ -114,7 +114,7 @@ def test_asymmetric_qdq_is_requantised_symmetrically_and_gated_first(make_ctx, t
     sym = info["symmetric_requantised"]
     assert next(iter(sym["candidates_tried"])) == stage.primary.variant.info["candidate"]
     if path is None:  # a measured failure: no plan, and the reason carries the gate's verdict
-        assert not sym["passed_int8_gate"] and "INT8 gate" in why
+        assert not sym["passed_int8_gate"] and "fails the INT8 gate" in why
     else:
         held = sym["onnxruntime_heldout"]
         assert first_nonzero_zero_point(path) is None and sym["passed_int8_gate"]
@@ -179,7 +179,7 @@ def test_folding_keeps_outputs_identical(trt_out, golden):
     """The constant folding done for TensorRT's parser changes no value (onnxruntime, same inputs)."""
     import onnxruntime as ort
 
-    from targets.tensorrt import prepare_onnx
+    from targets.trt_backend import prepare_onnx
 
     src = trt_out / "onnx" / "model.onnx"
     a = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
