@@ -34,6 +34,19 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
         ".webp": "image/webp",
     }
 
+    def send_head(self):
+        # A NUL or an undecodable byte in the path makes os.stat/open raise ValueError, which the
+        # base class does not expect (it printed a traceback): answer 400 instead.
+        try:
+            return super().send_head()
+        except ValueError:
+            self.send_error(400, "Malformed path")
+            return None
+
+    def list_directory(self, path):
+        self.send_error(404, "Not found")  # no listings: the page knows every file it needs
+        return None
+
     def end_headers(self):
         for key, value in ISOLATION_HEADERS.items():
             self.send_header(key, value)
@@ -45,15 +58,24 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
 
 
 class QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-    verbose = False
+    daemon_threads = True  # one thread per connection; Ctrl-C does not wait for open ones
+    # The page fetches ~40 MB (WASM, models, encoder) over many parallel connections; the default
+    # backlog of 5 reset some of 200 concurrent requests.
+    request_queue_size = 128
+    verbose = False  # log every request (invoke serve does)
+    tracebacks = False  # invoke serve --verbose
 
     def handle_error(self, request, client_address):
         # a browser closing a connection mid-transfer (page reload, test teardown) is normal
         import sys
 
-        if not isinstance(sys.exc_info()[1], ConnectionError):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            return
+        if self.tracebacks:
             super().handle_error(request, client_address)
+        else:
+            print(f"serve: request from {client_address[0]} failed ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def make_server(folder: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False) -> ThreadingHTTPServer:
@@ -61,7 +83,11 @@ def make_server(folder: Path, port: int = 0, host: str = "127.0.0.1", verbose: b
     if not (folder / "index.html").is_file():
         raise InputError(f"{folder} has no index.html", "build the site first: invoke build --target web")
     handler = functools.partial(IsolatedHandler, directory=str(folder))
-    server = QuietServer((host, port), handler)
+    try:
+        server = QuietServer((host, port), handler)
+    except (OSError, OverflowError) as exc:
+        raise InputError(f"cannot listen on {host}:{port} ({getattr(exc, 'strerror', None) or exc})",
+                         "pass a free port with --port (another server may be using this one)") from exc
     server.verbose = verbose
     return server
 
@@ -84,9 +110,10 @@ def serving(folder: Path, port: int = 0):
         server.server_close()
 
 
-def serve_forever(folder: Path, port: int = 8000, host: str = "127.0.0.1", log=print) -> None:
+def serve_forever(folder: Path, port: int = 8000, host: str = "127.0.0.1", log=print, tracebacks=False) -> None:
     """`invoke serve`: serve until Ctrl-C."""
     server = make_server(folder, port, host, verbose=True)
+    server.tracebacks = tracebacks
     log(f"serving {folder} (cross-origin isolated) at {url_of(server)}  (Ctrl-C to stop)")
     try:
         server.serve_forever()
