@@ -76,7 +76,7 @@ def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int) -> li
 def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print) -> dict:
     from .checkpoint import load_checkpoint
     from .golden import build_golden_set
-    from .publish import read_manifest, write_json_atomic
+    from .publish import build_lock, read_manifest, write_json_atomic
 
     manifest = read_manifest(out)
     if not manifest.get("targets"):
@@ -94,11 +94,12 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256, "rows": rows}
-    write_json_atomic(out / "bench.json", result)
     from . import report
 
-    with report.never_fails(log):  # the report shows the latest latencies next to the parity
-        report.write_report(out, heldout, log)
+    with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
+        write_json_atomic(out / "bench.json", result)
+        with report.never_fails(log):  # the report shows the latest latencies next to the parity
+            report.write_report(out, heldout, log)
     return result
 
 

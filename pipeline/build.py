@@ -39,7 +39,7 @@ class VariantReport:
 @dataclass
 class StageResult:
     target: Target
-    status: str  # "published" | "unverified" | "failed" | "skipped"
+    status: str  # "published" | "unverified" | "failed" | "skipped" | "not published"
     reason: str | None = None
     staging: Path | None = None
     variants: list[VariantReport] = field(default_factory=list)
@@ -162,7 +162,11 @@ def run_build(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with publish.build_lock(out, log):
-            return _build_locked(plan(targets, registry), checkpoint, out, log, strict, started, options or {})
+            publish.recover(out, publish.read_manifest(out), log)  # what a killed build left behind
+            order = plan(targets, registry)
+            result = _build_locked(order, checkpoint, out, log, strict, started, options or {},
+                                   requested={t.name for t in targets})
+            return result
     except KeyboardInterrupt as exc:
         raise BuildInterrupted(
             f"build interrupted ({exc or 'SIGINT'}); nothing was published",
@@ -172,7 +176,7 @@ def run_build(
         signal.signal(signal.SIGTERM, previous)
 
 
-def _build_locked(order, checkpoint, out, log, strict, started, options) -> BuildResult:
+def _build_locked(order, checkpoint, out, log, strict, started, options, requested) -> BuildResult:
     log(f"loading checkpoint {checkpoint}")
     ckpt = load_checkpoint(checkpoint)
     for target in order:  # bad options fail here, before any stage could publish
@@ -187,23 +191,50 @@ def _build_locked(order, checkpoint, out, log, strict, started, options) -> Buil
     try:
         for target in order:
             stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
-        publishable = {n: s.staging for n, s in stages.items() if s.publishable}
-        if publishable:
+        chosen = to_publish(requested, stages)
+        for name, stage in stages.items():
+            if stage.publishable and name not in chosen:
+                stage.status, stage.reason = "not published", "passed, but built only for targets that failed"
+        if chosen:
             previous = publish.read_manifest(out)
-            data = manifest_mod.merge(previous, ckpt, program, golden, list(stages.values()), out)
-            publish.publish(out, publishable, data)
-            _write_report(out, list(stages.values()), ckpt, golden, log)
+            kept = [s for s in stages.values() if s.target.name in chosen or s.status in ("failed", "skipped")]
+            data = manifest_mod.merge(previous, ckpt, program, golden, kept, out)
+            publish.publish(out, {n: stages[n].staging for n in chosen}, data,
+                            write_extras=lambda gen: _write_report(out, gen, kept, ckpt, golden, log), log=log)
     finally:
         publish.remove_tree(run_dir)
     return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started)
 
 
-def _write_report(out, stages, ckpt, golden, log) -> None:
+def to_publish(requested: set[str], stages: dict[str, StageResult]) -> list[str]:
+    """The stages to publish: requested ones that passed, and what those were built from.
+
+    A dependency built only for a requested target that failed is not published: a failed target
+    changes nothing that was published (its dependency would otherwise come back with new
+    timestamps, or from another checkpoint than before).
+    """
+    chosen: list[str] = []
+
+    def take(name: str) -> None:
+        stage = stages.get(name)
+        if stage is None or not stage.publishable or name in chosen:
+            return
+        chosen.append(name)
+        for dep in (*stage.target.depends_on, *stage.target.uses):
+            take(dep)
+
+    for name in stages:
+        if name in requested:
+            take(name)
+    return chosen
+
+
+def _write_report(out, dest, stages, ckpt, golden, log) -> None:
     from . import report
 
     with report.never_fails(log):
         report.save_outputs(out, stages, ckpt.sha256)
-        report.write_report(out, golden.heldout, log)
+        report.write_report(out, golden.heldout, log, dest=dest)
 
 
 def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options) -> StageResult:

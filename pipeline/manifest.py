@@ -137,3 +137,32 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
         "host": f"{platform.system()} {platform.machine()}",
         "targets": dict(sorted(targets.items())),
     }
+
+
+def check_shape(data, path: Path) -> None:
+    """Refuse a manifest whose shape other code would trip over (or follow out of the folder):
+    an object; `targets` an object of plain names; each entry's files a list of
+    {path inside that target's folder, bytes, sha256}."""
+    from .errors import OutputDirError
+    from .publish import NAME
+
+    def bad(why: str):
+        raise OutputDirError(f"{path} is not an arrcoc-edge manifest ({why})",
+                             "delete it and build again (`invoke clean`, then `invoke build`)")
+
+    if not isinstance(data, dict):
+        bad(f"a JSON {type(data).__name__}, not an object")
+    if not isinstance(data.get("checkpoint", {}), dict) or not isinstance(data.get("targets", {}), dict):
+        bad("'checkpoint' and 'targets' must be objects")
+    for name, entry in data.get("targets", {}).items():
+        if not NAME.fullmatch(name):
+            bad(f"target name {name[:40]!r} is not a plain name")
+        if not isinstance(entry, dict) or not isinstance(entry.get("files", []), list):
+            bad(f"targets.{name} must be an object with a list of files")
+        for f in entry.get("files", []):
+            if not (isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("sha256"), str)
+                    and isinstance(f.get("bytes"), int)):
+                bad(f"targets.{name}.files holds an entry without path, bytes and sha256")
+            parts = Path(f["path"]).parts
+            if not parts or parts[0] != name or ".." in parts or Path(f["path"]).is_absolute():
+                bad(f"file {f['path'][:60]!r} is not inside {name}/")

@@ -70,16 +70,20 @@ def load_outputs(out: Path, manifest: dict) -> list[dict]:
     return runs
 
 
-def write_report(out: Path, heldout: GoldenSplit, log=print) -> tuple[Path, Path]:
-    """Render report.html and REPORT.md from what is in OUT now; both replaced atomically."""
-    manifest = json.loads((out / "manifest.json").read_text())
+def write_report(out: Path, heldout: GoldenSplit, log=print, dest: Path | None = None) -> tuple[Path, Path]:
+    """Render report.html and REPORT.md from the manifest in `dest` (default: OUT's published one);
+    both replaced atomically in `dest`. A build passes its new generation folder before the switch."""
+    from .publish import current_generation
+
+    dest = dest or current_generation(out) or out  # OUT/report.html links into the current generation
+    manifest = json.loads((dest / "manifest.json").read_text())
     bench = _read_bench(out)
     runs = load_outputs(out, manifest)
     page = render_html(manifest, bench, runs, heldout)
-    html_path, md_path = out / "report.html", out / "REPORT.md"
+    html_path, md_path = dest / "report.html", dest / "REPORT.md"
     _write_atomic(html_path, page)
     _write_atomic(md_path, render_markdown(manifest, bench))
-    log(f"report: {html_path} ({len(page) // 1024} KB)")
+    log(f"report: {out / html_path.name} ({len(page) // 1024} KB)")
     return html_path, md_path
 
 

@@ -75,3 +75,23 @@ def test_signal_mid_stage_keeps_previous_artifacts(signum, previous, checkpoint_
     assert snapshot(previous) == before
     assert staging_left(previous) == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+class GateFailsAfterOnnx(PerturbedOnnx):
+    """A target built from the onnx stage that then fails its own gate, as onnx-int8 can."""
+
+    name = "needs-onnx"
+    depends_on = ("onnx",)
+
+
+def test_failed_gate_republishes_no_dependency(previous, checkpoint_path):
+    """The onnx stage passes, the target that needed it fails: nothing is published, so the
+    manifest and report stay byte for byte (the dependency is not re-published with new times)."""
+    before = snapshot(previous)
+    target = GateFailsAfterOnnx()
+    registry = {"onnx": OnnxTarget(), target.name: target}
+    result = run_build([target], registry, checkpoint_path, previous, log=lambda m: None)
+    assert {s.target.name: s.status for s in result.stages} == {"onnx": "not published", "needs-onnx": "failed"}
+    assert not result.ok
+    assert snapshot(previous) == before  # manifest.json and report.html included
+    assert staging_left(previous) == []
