@@ -1,9 +1,20 @@
-"""Invoke tasks: thin wrappers over `pipeline` (run `invoke --list`)."""
+"""Invoke tasks: thin wrappers over `pipeline` (run `invoke --list`).
+
+Numbers are taken as text and checked by pipeline.options: Invoke's own int conversion prints a
+traceback on a value like "abc". Every task ends a bad input with one line and exit 2.
+"""
 from __future__ import annotations
 
 import sys
 
 from invoke import Exit, task
+
+VERBOSE = "show tracebacks"
+
+
+def _exit(code: int) -> None:
+    if code:
+        raise Exit(code=code)
 
 
 @task(
@@ -11,7 +22,7 @@ from invoke import Exit, task
         "target": "onnx, onnx-int8, web, tensorrt, coreml, ptl, executorch, android, ios or all (comma-separated)",
         "checkpoint": "checkpoint (.safetensors or reference .pt/.pth); default: the shipped one",
         "out": "output folder; default: artifacts/",
-        "verbose": "show tracebacks",
+        "verbose": VERBOSE,
         "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
     }
 )
@@ -19,71 +30,58 @@ def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
     from pipeline import cli
 
-    options = {"calibration_dir": calibration} if calibration else {}
-    code = cli.build(target, checkpoint, out, verbose, options)
-    if code:
-        raise Exit(code=code)
+    options = {"calibration_dir": calibration} if calibration is not None else {}
+    _exit(cli.build(target, checkpoint, out, verbose, options))
 
 
-@task(help={"out": "output folder; default: artifacts/"})
-def verify(c, out=None):
-    """Re-check published files against the manifest's sizes and sha256 hashes."""
+@task(help={"out": "output folder; default: artifacts/", "verbose": VERBOSE})
+def verify(c, out=None, verbose=False):
+    """Re-check published files against the manifest's sizes and sha256 hashes; list unlisted files."""
     from pipeline import cli
 
-    code = cli.verify(out)
-    if code:
-        raise Exit(code=code)
+    _exit(cli.verify(out, verbose))
 
 
-@task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)"})
-def serve(c, out=None, port=8000):
+@task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)",
+            "verbose": VERBOSE})
+def serve(c, out=None, port=None, verbose=False):
     """Serve the built web demo on localhost with cross-origin isolation (multi-threaded WASM)."""
-    from pathlib import Path
-
     from pipeline import cli
-    from pipeline.errors import ArrcocError
-    from pipeline.serve import serve_forever
 
-    try:
-        serve_forever((Path(out) if out else cli.DEFAULT_OUT) / "web", int(port))
-    except ArrcocError as exc:
-        print(exc.one_line(), file=sys.stderr)
-        raise Exit(code=exc.exit_code)
+    _exit(cli.serve(out, port, verbose))
 
 
-@task(help={"out": "output folder to empty; default: artifacts/"})
-def clean(c, out=None):
+@task(help={"out": "output folder to empty; default: artifacts/", "verbose": VERBOSE})
+def clean(c, out=None, verbose=False):
     """Remove published artifacts, the manifest, staging leftovers and the export cache."""
     from pipeline import cli
 
-    cli.clean(out)
+    _exit(cli.clean(out, verbose))
 
 
 @task(help={"out": "output folder with published artifacts; default: artifacts/",
-            "runs": "timed rounds per case (median and p90 are reported)"})
-def bench(c, out=None, runs=50):
+            "runs": "timed rounds per case, 1 to 100000 (default 50; median and p90 are reported)",
+            "verbose": VERBOSE})
+def bench(c, out=None, runs=None, verbose=False):
     """Latency of torch eager and every published runtime, side by side (not a test)."""
     from pipeline import cli
 
-    code = cli.bench(out, int(runs))
-    if code:
-        raise Exit(code=code)
+    _exit(cli.bench(out, runs, verbose))
 
 
 @task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",
             "steps": "Adam steps (default: pipeline.train.Recipe.steps)",
-            "seed": "initialisation and batch-order seed (default 0); same seed -> same bytes"})
-def train(c, out=None, steps=None, seed=None):
+            "seed": "initialisation and batch-order seed (default 0); same seed -> same bytes",
+            "verbose": VERBOSE})
+def train(c, out=None, steps=None, seed=None, verbose=False):
     """Train the participatory scorer and tension balancer on scenes with ground truth (CPU, minutes).
 
     Prints held-out precision@K / R-precision of the trained model next to the untrained
     checkpoint and a query-blind baseline trained in the same run.
     """
-    from pipeline.train import main
+    from pipeline import cli
 
-    code = main(out, steps, seed)
-    if code:
-        raise Exit(code=code)
+    _exit(cli.train(out, steps, seed, verbose))
 
 
 @task

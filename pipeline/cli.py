@@ -5,6 +5,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from . import options as opts
 from .errors import ArrcocError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,29 +69,48 @@ def print_reasons(result) -> None:
             print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
 
 
-def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
-    """`invoke build`: returns the process exit code."""
-    import targets as target_table
-
-    from .build import run_build
-
-    names = [t.strip() for t in targets.split(",") if t.strip()]
+def guarded(task, verbose: bool) -> int:
+    """Run a task body and return its exit code. A typed error prints its one line; anything else
+    (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose."""
     try:
-        requested = target_table.resolve(names)
-        result = run_build(
-            requested,
-            target_table.TARGETS,
-            Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
-            Path(out) if out else DEFAULT_OUT,
-            log=lambda msg: print(msg, flush=True),
-            strict=names != ["all"],
-            options=options,
-        )
+        return task() or 0
     except ArrcocError as exc:
         if verbose:
             traceback.print_exc()
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the promise is one line, whatever went wrong
+        if verbose:
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        print(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and report the traceback",
+              file=sys.stderr)
+        return 1
+
+
+def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
+    """`invoke build`: returns the process exit code."""
+    return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose)
+
+
+def _build(targets, checkpoint, out, verbose, options) -> int:
+    import targets as target_table
+
+    from .build import run_build
+
+    names = opts.target_names(targets)
+    requested = target_table.resolve(names)
+    if options.get("calibration_dir") is not None:
+        options = {**options, "calibration_dir": opts.existing_folder("calibration", options["calibration_dir"])}
+    result = run_build(
+        requested,
+        target_table.TARGETS,
+        Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
+        Path(out) if out else DEFAULT_OUT,
+        log=lambda msg: print(msg, flush=True),
+        strict=names != ["all"],
+        options=options,
+    )
     print()
     print(format_table(summary_rows(result)))
     print_reasons(result)
@@ -107,67 +127,119 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
     return 0
 
 
-def verify(out: str | None) -> int:
-    """`invoke verify`: every file the manifest lists exists with its bytes and sha256."""
+def verify(out: str | None, verbose: bool = False) -> int:
+    """`invoke verify`: every file the manifest lists exists with its bytes and sha256, and the
+    published folders hold no file the manifest does not list."""
+    return guarded(lambda: _verify(Path(out) if out else DEFAULT_OUT), verbose)
+
+
+def _verify(root: Path) -> int:
     from .checkpoint import sha256_file
+    from .errors import InputError
     from .publish import read_manifest
 
-    root = Path(out) if out else DEFAULT_OUT
-    try:
-        manifest = read_manifest(root)
-    except ArrcocError as exc:
-        print(exc.one_line(), file=sys.stderr)
-        return exc.exit_code
+    manifest = read_manifest(root)
     if not manifest:
-        print(f"error: no manifest in {root} -> fix: run `invoke build` first", file=sys.stderr)
-        return 2
+        raise InputError(f"no manifest in {root}", "run `invoke build` first")
     bad = 0
     for name, entry in manifest.get("targets", {}).items():
+        listed = {f["path"] for f in entry.get("files", [])}
         for f in entry.get("files", []):
             path = root / f["path"]
             if not path.is_file() or path.stat().st_size != f["bytes"] or sha256_file(path) != f["sha256"]:
                 print(f"MISMATCH {f['path']}")
                 bad += 1
-        print(f"{name:12s} {entry.get('status')}: {len(entry.get('files', []))} files checked")
+        for rel in sorted(on_disk(root, name) - listed) if listed else []:
+            print(f"UNLISTED {rel}")
+            bad += 1
+        print(f"{name:12s} {entry.get('status')}: {len(listed)} files checked")
     if bad:
         print(f"error: {bad} file(s) differ from the manifest -> fix: rebuild with `invoke build`", file=sys.stderr)
         return 3
     return 0
 
 
-def clean(out: str | None) -> None:
+def on_disk(root: Path, name: str) -> set[str]:
+    """Every file under root/name (through the public symlink), as manifest-style paths."""
+    import os
+
+    found = set()
+    for folder, _, files in os.walk(root / name):
+        for f in files:
+            found.add((Path(folder, f).relative_to(root)).as_posix())
+    return found
+
+
+def clean(out: str | None, verbose: bool = False) -> int:
     """`invoke clean`: remove what builds wrote (never anything else in the folder)."""
-    import shutil
+    return guarded(lambda: _clean(Path(out) if out else DEFAULT_OUT), verbose)
 
-    root = Path(out) if out else DEFAULT_OUT
-    manifest_targets = []
+
+def _clean(root: Path) -> int:
+    import os
+
+    from . import publish
+    from .errors import OutputDirError
+
+    if not root.is_dir():
+        print(f"nothing to clean: {root} is not a folder")
+        return 0
     try:
-        from .publish import read_manifest
-
-        manifest_targets = list(read_manifest(root).get("targets", {}))
-    except ArrcocError:
-        pass
-    for name in [*manifest_targets, ".staging", ".cache"]:
-        shutil.rmtree(root / name, ignore_errors=True)
-    for name in ("manifest.json", ".lock", "report.html", "REPORT.md"):
-        (root / name).unlink(missing_ok=True)
+        names = list(publish.read_manifest(root).get("targets", {}))
+    except OutputDirError:
+        names = []  # a broken manifest: remove what we know by layout, never follow its names
+    links = [p.name for p in root.iterdir() if p.is_symlink() and os.readlink(p).startswith(publish.CURRENT + "/")]
+    try:
+        with publish.build_lock(root, lambda m: print(m, flush=True)):
+            for name in [*names, *links, publish.MANIFEST, *publish.REPORT_FILES, publish.CURRENT,
+                         publish.GENERATIONS, publish.STAGING, ".cache"]:
+                if not publish.remove_tree(root / name):
+                    raise OSError(f"{root / name} stays")
+        (root / ".lock").unlink(missing_ok=True)
+    except OSError as exc:
+        raise OutputDirError(f"cannot clean {root} ({exc.strerror or exc})",
+                             "fix its permissions (chmod, chattr -i) and run clean again") from exc
     print(f"cleaned {root}")
+    return 0
 
 
-def bench(out: str | None, runs: int) -> int:
+def bench(out: str | None, runs, verbose: bool = False) -> int:
     """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
+    return guarded(lambda: _bench(Path(out) if out else DEFAULT_OUT, opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50)), verbose)
+
+
+def _bench(root: Path, runs: int) -> int:
     import targets as target_table
 
     from .bench import format_rows, run_bench
 
-    root = Path(out) if out else DEFAULT_OUT
-    try:
-        result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True))
-    except ArrcocError as exc:
-        print(exc.one_line(), file=sys.stderr)
-        return exc.exit_code
+    result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True))
     print()
     print(format_rows(result["rows"]))
     print(f"\nmedian of {runs} interleaved rounds per case on {result['host']}; "
           f"x = torch eager median / this median at the same batch and threads; written to {root / 'bench.json'}")
     return 0
+
+
+def serve(out: str | None, port, verbose: bool = False) -> int:
+    """`invoke serve`: the built web demo on localhost until Ctrl-C."""
+    from .serve import serve_forever
+
+    def run():
+        number = opts.port(port)
+        serve_forever((Path(out) if out else DEFAULT_OUT) / "web", number, tracebacks=verbose)
+
+    return guarded(run, verbose)
+
+
+def train(out: str | None, steps, seed, verbose: bool = False) -> int:
+    """`invoke train`: options checked here, before minutes of training."""
+    def run():
+        path = opts.writable_file("out", out) if out else None
+        n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
+        n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
+        from .train import main
+
+        return main(str(path) if path else None, n_steps, n_seed)
+
+    return guarded(run, verbose)

@@ -112,7 +112,7 @@ def load_image_file(path: str | Path, size: int) -> np.ndarray:
             im = ImageOps.exif_transpose(im)
             im.load()
             arr = np.asarray(im.convert("RGBA"))
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
         raise InputError(
             f"{path}: cannot be decoded as an image ({exc.__class__.__name__})",
             "use a PNG, JPEG or WebP file, or remove it from the folder",

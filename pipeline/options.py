@@ -1,0 +1,69 @@
+"""Command-line option values, checked before any heavy work (no checkpoint, torch or runtime loaded).
+
+Invoke would cast an option with an int default itself and print a traceback on "abc", so the
+tasks take every value as text and these functions turn it into a typed value or an InputError
+with the fix.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import InputError
+
+MAX_BENCH_RUNS = 100_000
+MAX_TRAIN_STEPS = 10_000_000
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned 32-bit on every platform we run
+
+
+def integer(name: str, value, low: int, high: int, default: int | None = None) -> int:
+    """`value` (text, int or None for the default) as an int in [low, high]."""
+    if value is None and default is not None:
+        return default
+    try:
+        number = int(str(value).strip(), 10)
+    except ValueError:
+        raise InputError(f"--{name} {_shown(value)} is not a whole number", f"pass --{name} N with {low} <= N <= {high}") from None
+    if not low <= number <= high:
+        raise InputError(f"--{name} {number} is out of range", f"pass --{name} N with {low} <= N <= {high}")
+    return number
+
+
+def port(value) -> int:
+    return integer("port", value, 1, 65535, default=8000)
+
+
+def target_names(text: str | None) -> list[str]:
+    """`--target a,b` -> ["a", "b"]; an empty list is an error (it would build nothing and exit 0)."""
+    names = [t.strip() for t in (text or "").split(",") if t.strip()]
+    if not names:
+        raise InputError(f"no target named in --target {_shown(text or '')}",
+                         "name one or more targets, comma-separated (e.g. --target onnx), or --target all")
+    return names
+
+
+def existing_folder(name: str, value: str) -> Path:
+    path = Path(value)
+    if not path.is_dir():
+        raise InputError(f"--{name} {_shown(value)} is not a folder", f"pass --{name} with an existing folder")
+    return path
+
+
+def writable_file(name: str, value: str) -> Path:
+    """A file we may create: its folder exists (or can be made) and is writable; never a folder."""
+    path = Path(value)
+    if path.is_dir():
+        raise InputError(f"--{name} {_shown(value)} is a folder", f"pass --{name} with a file path")
+    probe = path.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {_shown(value)} (folder {probe} is not writable)",
+                         f"pass --{name} with a path in a writable folder")
+    return path
+
+
+def _shown(value) -> str:
+    """A user's value quoted and cut short, so one bad option stays one readable line."""
+    text = repr(str(value))
+    return text if len(text) <= 60 else text[:57] + "...'"

@@ -1,0 +1,250 @@
+"""Every bad input to every task ends with one line `kind: problem -> fix: ...`, exit 2, no traceback.
+
+The tasks run in-process through Invoke's own Program (the same parser and task functions as the
+`invoke` command), so many cases stay fast; an exception escaping a task fails the test.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+def invoke(*argv: str) -> tuple[int, str, str]:
+    """`invoke ARGV` in this process: (exit code, stdout, stderr)."""
+    from invoke import Collection, Program
+
+    import tasks
+
+    program = Program(namespace=Collection.from_module(tasks))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            program.run(["invoke", *argv])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line_error(code: int, err: str, kind: str = "input error") -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith(f"{kind}: ") and " -> fix: " in lines[0], err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ options, before any work
+
+
+@pytest.mark.parametrize("value", ["", ",", " , ,"])
+def test_empty_target_list_is_an_error(value, tmp_path):
+    line = one_line_error(*invoke("build", f"--target={value}", "--out", str(tmp_path / "out"))[::2])
+    assert "no target named" in line
+    assert not (tmp_path / "out").exists()  # refused before the output folder was touched
+
+
+@pytest.mark.parametrize("runs", ["0", "-5", "abc", "1e3", "100001"])
+def test_bench_runs_must_be_a_positive_whole_number(runs, tmp_path):
+    line = one_line_error(*invoke("bench", f"--runs={runs}", "--out", str(tmp_path))[::2])
+    assert "--runs" in line
+
+
+@pytest.mark.parametrize("argv", [["--steps=0"], ["--steps=x"], ["--seed=-1"], ["--seed=4294967296"], ["--out=/"],
+                                  ["--out=/etc/hostname/checkpoint.safetensors"]])
+def test_train_options_are_checked_before_training(argv):
+    one_line_error(*invoke("train", *argv)[::2])  # training takes minutes: these return at once
+
+
+@pytest.mark.parametrize("port", ["0", "-1", "65536", "http"])
+def test_serve_refuses_an_invalid_port(port, tmp_path):
+    line = one_line_error(*invoke("serve", "--out", str(tmp_path), f"--port={port}")[::2])
+    assert "--port" in line
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path):
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "index.html").write_text("<!doctype html>")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = one_line_error(*invoke("serve", "--out", str(tmp_path), "--port", str(port))[::2])
+    assert f"cannot listen on 127.0.0.1:{port}" in line and "--port" in line
+
+
+@pytest.mark.parametrize("content,why", [
+    ("[1, 2]", "a JSON list"),
+    ('{"targets": []}', "must be objects"),
+    ('{"targets": {"onnx": {"files": "model.onnx"}}}', "list of files"),
+    ('{"targets": {"onnx": {"files": [{"path": "../../etc/passwd", "bytes": 1, "sha256": "x"}]}}}', "not inside onnx/"),
+    ('{"targets": {"../x": {"files": []}}}', "not a plain name"),
+    ('{"checkpoint": "x.pt", "targets": {}}', "must be objects"),
+])
+def test_manifest_of_the_wrong_shape_is_one_line_for_every_reader(content, why, tmp_path):
+    (tmp_path / "manifest.json").write_text(content)
+    (tmp_path / "keep").mkdir()
+    for argv in (["verify"], ["bench", "--runs", "1"], ["clean"]):
+        code, _, err = invoke(*argv, "--out", str(tmp_path))
+        if argv == ["clean"]:
+            assert code == 0 and "Traceback" not in err  # cleans by layout, never by the manifest's names
+            (tmp_path / "manifest.json").write_text(content)
+            continue
+        line = one_line_error(code, err, kind="output error")
+        assert "not an arrcoc-edge manifest" in line and why in line
+    assert (tmp_path / "keep").is_dir()
+
+
+def test_verify_reports_files_the_manifest_does_not_list(tmp_path):
+    from pipeline import publish
+
+    files = tmp_path / "staged" / "t"
+    files.mkdir(parents=True)
+    (files / "a.bin").write_bytes(b"a")
+    import hashlib
+
+    manifest = {"targets": {"t": {"status": "published", "files": [
+        {"path": "t/a.bin", "bytes": 1, "sha256": hashlib.sha256(b"a").hexdigest()}]}}}
+    out = tmp_path / "out"
+    out.mkdir()
+    with publish.build_lock(out):
+        publish.publish(out, {"t": files}, manifest, log=lambda m: None)
+    assert invoke("verify", "--out", str(out))[0] == 0
+    (out / "t" / "extra.txt").write_text("not in the manifest")
+    code, stdout, err = invoke("verify", "--out", str(out))
+    assert code == 3 and "UNLISTED t/extra.txt" in stdout and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ library errors at their source
+
+
+def bomb_png(path: Path, side: int = 30_000) -> None:
+    """A valid 1x1 PNG whose header claims side x side pixels: PIL's decompression-bomb guard
+    refuses it at open, before decoding anything."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    ihdr = 8 + 8  # signature, then length + "IHDR"
+    data[ihdr:ihdr + 8] = struct.pack(">II", side, side)
+    data[ihdr + 13:ihdr + 17] = struct.pack(">I", zlib.crc32(bytes(data[ihdr - 4:ihdr + 13])))
+    path.write_bytes(bytes(data))
+
+
+def test_decompression_bomb_in_calibration_folder_is_one_line(tmp_path, golden):
+    from PIL import Image
+
+    folder = tmp_path / "cal"
+    folder.mkdir()
+    bomb_png(folder / "a-bomb.png")
+    for i in range(8):
+        img = (golden.calibration.images[i].transpose(1, 2, 0) * 255).astype("uint8")
+        Image.fromarray(img).save(folder / f"photo{i}.png")
+    out = tmp_path / "out"
+    line = one_line_error(*invoke("build", "--target", "onnx-int8", "--out", str(out),
+                                  "--calibration", str(folder))[::2])
+    assert "a-bomb.png" in line and "DecompressionBomb" in line
+    assert not (out / "manifest.json").exists()
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    return shutil.which("chattr") is not None and subprocess.run(
+        ["chattr", "-R", flag, str(path)], capture_output=True).returncode == 0
+
+
+def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
+    """An immutable generations folder (chattr +i: even root cannot write it): the build fails
+    with one line and the published state is unchanged."""
+    from pipeline import cli, publish
+
+    staged = tmp_path / "staged" / "t"
+    staged.mkdir(parents=True)
+    (staged / "a.bin").write_bytes(b"a")
+    out = tmp_path / "out"
+    out.mkdir()
+    with publish.build_lock(out):
+        publish.publish(out, {"t": staged}, {"targets": {"t": {"files": []}}}, log=lambda m: None)
+    if not _chattr("+i", out / publish.GENERATIONS):
+        pytest.skip("chattr +i is not available on this filesystem")
+    try:
+        before = sorted(p.name for p in (out / publish.GENERATIONS).iterdir())
+        staged2 = tmp_path / "staged2" / "t"
+        staged2.mkdir(parents=True)
+        with pytest.raises(Exception) as info, publish.build_lock(out):
+            publish.publish(out, {"t": staged2}, {"targets": {"t": {"files": []}}}, log=lambda m: None)
+        from pipeline.errors import OutputDirError
+
+        assert isinstance(info.value, OutputDirError)
+        assert "\n" not in info.value.one_line() and "chattr -i" in info.value.fix
+        assert sorted(p.name for p in (out / publish.GENERATIONS).iterdir()) == before
+        assert cli.verify(str(out)) == 0
+    finally:
+        _chattr("-i", out / publish.GENERATIONS)
+
+
+def test_published_target_folder_that_cannot_be_removed_does_not_block_publishing(tmp_path):
+    """A published target folder made immutable: the new generation never modifies it, so the
+    build publishes; the old generation it cannot remove is named in a note, not a traceback."""
+    from pipeline import cli, publish
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(2):
+        staged = tmp_path / f"staged{i}" / "t"
+        staged.mkdir(parents=True)
+        (staged / "a.bin").write_bytes(b"%d" % i)
+        notes = []
+        with publish.build_lock(out):
+            publish.publish(out, {"t": staged}, {"targets": {"t": {"files": []}}, "n": i}, log=notes.append)
+        if i == 0 and not _chattr("+i", (out / "t").resolve()):
+            pytest.skip("chattr +i is not available on this filesystem")
+        old = (out / ".current").resolve() if i == 0 else old
+    try:
+        assert (out / "t" / "a.bin").read_bytes() == b"1" and json.loads((out / "manifest.json").read_text())["n"] == 1
+        assert old.is_dir() and any("could not remove" in n for n in notes)
+        assert cli.verify(str(out)) == 0
+    finally:
+        _chattr("-i", old / "t")
+
+
+# ------------------------------------------------------------------ any value: exit 0, or one line and exit 2
+
+TEXT = st.one_of(st.text(max_size=30), st.integers(-10**12, 10**12).map(str),
+                 st.sampled_from(["", ",", "onnx", "all", "onnx,,", "0", "-1", "65535", "1e3", " 7 ", "\x00"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(task=st.sampled_from(["build", "verify", "serve", "bench", "train", "clean"]), value=TEXT, other=TEXT)
+def test_any_option_value_ends_in_exit_0_or_one_line(task, value, other, tmp_path_factory):
+    """Random values for each task's options. Where a value is valid the task still stops early
+    and cheaply (a missing checkpoint, an empty output folder, a port in use), so every example
+    ends in exit 0 or exit 2 with one line, and never a traceback."""
+    out = tmp_path_factory.mktemp("prop")
+    missing = str(out / "no-checkpoint.safetensors")
+    blocker = out / "a-file"
+    blocker.write_text("a file where train's output folder would be")
+    argv = {
+        "build": ["build", f"--target={value}", f"--checkpoint={missing}", f"--out={out / 'o'}"],
+        "verify": ["verify", f"--out={out / value.replace('/', '_')}"],
+        "serve": ["serve", f"--port={value}", f"--out={out}"],  # no web/ here: stops after the port check
+        "bench": ["bench", f"--runs={value}", f"--out={out}"],
+        "train": ["train", f"--steps={value}", f"--seed={other}", f"--out={blocker / 'x.safetensors'}"],
+        "clean": ["clean", f"--out={out / 'c' / value.replace('/', '_')}"],
+    }[task]
+    code, _, err = invoke(*argv)
+    assert "Traceback" not in err
+    if code != 0:
+        one_line = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(one_line) == 1 and " -> fix: " in one_line[0], (argv, err)
