@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from pipeline import subproc
 from pipeline.errors import ExportError
 
 OPTIMIZATION_LEVEL = "extended"
@@ -30,12 +30,13 @@ CONFIG_NAME = "required_operators.config"
 def convert(models: dict[str, Path], dest: Path, log) -> dict[str, Path]:
     """{output .ort name: source .onnx} -> {output name: path in dest}; also writes dest/CONFIG_NAME
     listing the operators all of them need (one config for one ORT Mobile custom build)."""
-    with tempfile.TemporaryDirectory(prefix="ort-convert-") as tmp:
+    # Inside the build's staging run (dest's parent), so a killed build's leftovers go with it.
+    with tempfile.TemporaryDirectory(prefix="ort-convert-", dir=dest.parent) as tmp:
         src_dir, out_dir = Path(tmp, "in"), Path(tmp, "out")
         src_dir.mkdir()
         for ort_name, src in models.items():
             shutil.copyfile(src, src_dir / (Path(ort_name).stem + ".onnx"))
-        _run_converter(src_dir, out_dir)
+        _run_converter(Path(tmp))
         written = {}
         for ort_name in models:
             produced = next(out_dir.glob(Path(ort_name).stem + "*.ort"), None)
@@ -46,16 +47,31 @@ def convert(models: dict[str, Path], dest: Path, log) -> dict[str, Path]:
         config = next(out_dir.glob("required_operators*.config"), None)
         if config is None:
             raise ExportError("ORT converter wrote no required_operators.config", "rerun with --verbose")
-        shutil.move(str(config), dest / CONFIG_NAME)
+        _write_config(config, dest / CONFIG_NAME)
     log(f"[ort] wrote {', '.join(written)} and {CONFIG_NAME} (level {OPTIMIZATION_LEVEL}, platform {TARGET_PLATFORM})")
     return written
 
 
-def _run_converter(src_dir: Path, out_dir: Path) -> None:
-    cmd = [sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(src_dir),
-           "--output_dir", str(out_dir), "--optimization_style", "Fixed", "--target_platform", TARGET_PLATFORM]
-    env = {**os.environ, "ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL": OPTIMIZATION_LEVEL}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+def _write_config(produced: Path, dest: Path) -> None:
+    """The converter's config names each model by its absolute (temporary) path in a comment;
+    keep only the file name so two builds write the same bytes."""
+    lines = []
+    for line in produced.read_text().splitlines():
+        if line.startswith("# - "):
+            line = "# - " + Path(line[4:]).name
+        lines.append(line)
+    dest.write_text("\n".join(lines) + "\n")
+
+
+def _run_converter(folder: Path) -> None:
+    """folder/in/*.onnx -> folder/out/*.ort. The converter's .ort bytes depend on its memory layout:
+    relative paths, a fixed small environment and no address randomisation make them repeatable
+    (measured: three runs, three different files; with these, identical across folders)."""
+    cmd = [sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", "in",
+           "--output_dir", "out", "--optimization_style", "Fixed", "--target_platform", TARGET_PLATFORM]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0",
+           "ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL": OPTIMIZATION_LEVEL}
+    proc = subproc.run(cmd, fixed_layout=True, cwd=folder, capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
         raise ExportError(f"ORT format conversion failed: {last[:200]}", "check the model loads in onnxruntime; rerun with --verbose")

@@ -1,0 +1,43 @@
+"""Child processes that never outlive the build, optionally with a fixed memory layout.
+
+A converter run with plain subprocess.run survives `kill -9` of the build and keeps writing into
+its temporary folder. `run` starts it in the build's process group (so Ctrl-C in a terminal and
+`kill -- -PGID` reach it) and asks the kernel to SIGKILL it when the build process dies
+(Linux PR_SET_PDEATHSIG), which also covers a `kill -9` of the build's pid alone.
+
+fixed_layout: some converters serialise containers in an order that depends on where the heap
+lands (onnxruntime's ORT-format writer: a different .ort on every run). Without address space
+randomisation (personality ADDR_NO_RANDOMIZE, what `setarch -R` does), the same environment and
+working folder give the same bytes. It only affects that child.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+_PR_SET_PDEATHSIG = 1
+_ADDR_NO_RANDOMIZE = 0x0040000
+_QUERY_PERSONALITY = 0xFFFFFFFF
+
+
+def _child_setup(parent: int, fixed_layout: bool) -> None:
+    """Runs in the child between fork and exec."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if fixed_layout:
+            libc.personality(libc.personality(_QUERY_PERSONALITY) | _ADDR_NO_RANDOMIZE)
+    except (OSError, AttributeError):
+        return  # not Linux: the process group still carries terminal signals
+    if os.getppid() != parent:  # the build died before prctl took effect
+        os._exit(1)
+
+
+def run(cmd: list[str], fixed_layout: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run, tied to this process's life (see the module docstring)."""
+    parent = os.getpid()
+    setup = (lambda: _child_setup(parent, fixed_layout)) if sys.platform.startswith("linux") else None
+    return subprocess.run(cmd, preexec_fn=setup, start_new_session=False, **kwargs)
