@@ -56,9 +56,9 @@ def browser(site):
 class Page:
     """A fresh page with its console errors collected."""
 
-    def __init__(self, browser, url):
+    def __init__(self, browser, url, viewport: dict | None = None):
         self.errors: list[str] = []
-        self.p = browser.new_page()
+        self.p = browser.new_page(viewport=viewport) if viewport else browser.new_page()
         self.p.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.p.on("pageerror", lambda e: self.errors.append(str(e)))
         self.url = url
@@ -447,3 +447,83 @@ def test_bench_cases_time_inference_in_the_page(built):
     for case in cases:
         ms = float(case.run(inputs))
         assert 0 < ms < 60_000, (case.runtime, ms)
+
+
+# ------------------------------------------------------------------ the server
+
+
+def test_server_lists_no_folders_and_answers_malformed_paths_with_400(site, capfd):
+    import urllib.error
+
+    for path in ("models/", "ort/", "samples/"):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(site + path)
+        assert info.value.code == 404, path
+    for path in ("index%00.html", "models/%00", "%ff%fe.html"):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(site + path)
+        assert info.value.code in (400, 404), path
+    with urllib.request.urlopen(site + "index.html") as r:  # and it still serves
+        assert r.status == 200
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_server_takes_200_parallel_requests(site):
+    """The page fetches ~40 MB over many connections at once; the old backlog of 5 reset some."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(_):
+        with urllib.request.urlopen(site + "config.json", timeout=60) as r:
+            return r.status
+
+    with ThreadPoolExecutor(200) as pool:
+        assert list(pool.map(fetch, range(200))) == [200] * 200
+
+
+# ------------------------------------------------------------------ layout and busy state
+
+LONG_QUERY = "the small striped cat sitting next to the window on the left " * 12
+
+
+def _overflow(pg: Page) -> dict:
+    return pg.p.evaluate(
+        "(() => { const w = window.innerWidth; const wide = [];"
+        " for (const el of document.querySelectorAll('body *')) {"
+        "   const r = el.getBoundingClientRect();"
+        "   if (r.width && r.right > w + 0.5 && !el.closest('#selfcheck-result')) wide.push(el.id || el.tagName); }"
+        " const box = document.getElementById('selfcheck-result').getBoundingClientRect();"
+        " return { page: document.documentElement.scrollWidth - w, wide, box: box.right - w }; })()")
+
+
+@pytest.mark.parametrize("width", [360, 390, 1280, 1920])
+def test_page_stays_within_the_window(browser, site, built, width):
+    """After Self-check (the widest table) and a very long typed query, nothing sticks out of the
+    window; the table scrolls inside its box. Screenshots at 390 and 1280 px go to test-output/."""
+    pg = Page(browser, site, viewport={"width": width, "height": 900})
+    try:
+        pg.open()
+        pg.p.click("#selfcheck")
+        pg.p.wait_for_selector("#selfcheck-result[data-status]", timeout=60_000)
+        if pg.p.evaluate("window.arrcoc.textEnabled()"):
+            pg.p.fill("#text", LONG_QUERY)
+            pg.wait_result_change(lambda: pg.p.click("#text-run"))
+            shown = pg.p.text_content("#ran-query")
+            assert len(shown) < 160 and "…" in shown and f"{len(LONG_QUERY)} characters" in shown
+        overflow = _overflow(pg)
+        assert overflow["page"] <= 0 and overflow["wide"] == [] and overflow["box"] <= 0.5, overflow
+        if width in (390, 1280):
+            SHOTS.mkdir(exist_ok=True)
+            pg.p.screenshot(path=str(SHOTS / f"web-{width}px.png"), full_page=True)
+            assert (SHOTS / f"web-{width}px.png").stat().st_size > 10_000
+    finally:
+        pg.p.close()
+    assert pg.errors == []
+
+
+def test_a_click_while_running_says_busy(page):
+    pg = page.open()
+    # Self-check takes a while; the click lands while it runs (both start in the same task)
+    pg.p.evaluate("() => { window.arrcoc.selfCheck(); document.getElementById('run').click(); }")
+    assert "Busy" in pg.message() and pg.p.get_attribute("#message", "data-kind") == "info"
+    pg.p.wait_for_selector("#selfcheck-result[data-status]", timeout=60_000)
+    pg.wait_result_change(lambda: pg.p.click("#run"))  # afterwards a click runs again

@@ -27,6 +27,9 @@ function showMessage(text, kind = 'error') {
 function clearMessage() { $('message').hidden = true; $('message').textContent = ''; }
 function setStatus(text) { $('status').textContent = text; }
 function setState(s) { document.body.dataset.state = s; }
+// A typed query is echoed in full only when short: a pasted page of text would stretch the page.
+const SHOWN_QUERY = 80;
+function shorten(text) { return text.length <= SHOWN_QUERY ? text : `${text.slice(0, SHOWN_QUERY - 1)}…`; }
 
 // ---------- runtime ----------
 function requestedThreads() {
@@ -221,10 +224,12 @@ function drawResult(res) {
   $('latency').textContent = `${res.ms.toFixed(1)} ms (inference only)`;
   const q = res.query;
   if (q.kind === 'text') {
-    $('ran-query').textContent = `typed: "${q.label}" (${q.tokens} tokens)`;
+    $('ran-query').textContent = `typed: "${shorten(q.label)}" (${q.label.length} characters, ${q.tokens} tokens)`;
+    $('ran-query').title = q.label;
     $('encoder').textContent = `${state.config.text_encoder.name}, in this page: ${q.encoderMs.toFixed(1)} ms`;
   } else {
     $('ran-query').textContent = `preset: "${q.label}"`;
+    $('ran-query').title = '';
     $('encoder').textContent = `${state.presets.encoder}, at build time`;
   }
   $('ran-model').textContent = `${res.model.toUpperCase()} (${state.config.models.find((m) => m.name === res.model).file})`;
@@ -270,7 +275,10 @@ async function useBitmap(bmp) {
 
 // Every user action goes through here: a UserError becomes a message, never a broken page.
 async function guarded(fn) {
-  if (state.busy) return null;
+  if (state.busy) {  // one run at a time: say so rather than drop the click silently
+    showMessage('Busy: the current run is still in progress. Try again when it has finished.', 'info');
+    return null;
+  }
   state.busy = true;
   try {
     clearMessage();
