@@ -19,7 +19,10 @@ class ArrcocError(Exception):
         self.fix = fix
 
     def one_line(self) -> str:
-        return f"{self.kind}: {self.problem} -> fix: {self.fix}"
+        # a user's value may hold a line break (--target $'a\rb', form feed, U+2028...): the
+        # promise is one line, so every character str.splitlines() breaks on is shown escaped
+        text = f"{self.kind}: {self.problem} -> fix: {self.fix}"
+        return "".join(repr(c)[1:-1] if len(f"a{c}a".splitlines()) > 1 else c for c in text)
 
 
 class CheckpointError(ArrcocError):
