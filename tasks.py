@@ -13,13 +13,16 @@ from invoke import Exit, task
         "out": "output folder; default: artifacts/",
         "verbose": "show tracebacks",
         "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
+        "grid": "patch grid G (G x G patches, input 16*G px); default: the checkpoint's (reference .pt: 32)",
+        "top_k": "patches selected K, 1..G*G; default: the checkpoint's (reference .pt: 200)",
     }
 )
-def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None):
+def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
     from pipeline import cli
 
     options = {"calibration_dir": calibration} if calibration else {}
+    options.update(grid=grid, top_k=top_k)
     code = cli.build(target, checkpoint, out, verbose, options)
     if code:
         raise Exit(code=code)

@@ -174,7 +174,9 @@ def run_build(
 
 def _build_locked(order, checkpoint, out, log, strict, started, options) -> BuildResult:
     log(f"loading checkpoint {checkpoint}")
-    ckpt = load_checkpoint(checkpoint)
+    ckpt = load_checkpoint(checkpoint, grid=options.get("grid"), top_k=options.get("top_k"))
+    cfg = ckpt.config
+    log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
     for target in order:  # bad options fail here, before any stage could publish
         target.check_options(options, ckpt.config)
     if ckpt.ignored_keys:

@@ -5,7 +5,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from .errors import ArrcocError
+from .errors import ArrcocError, SettingsError
 
 REPO = Path(__file__).resolve().parent.parent
 # The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
@@ -68,6 +68,20 @@ def print_reasons(result) -> None:
             print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
 
 
+def parse_setting(name: str, value) -> int | None:
+    """--grid / --top-k from the command line: None, or a positive integer (SettingsError)."""
+    if value is None:
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number <= 0:
+        raise SettingsError(f"--{name} must be a positive integer, got {value!r}",
+                            f"pass --{name} with a whole number, e.g. --grid 32 --top-k 200")
+    return number
+
+
 def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
     """`invoke build`: returns the process exit code."""
     import targets as target_table
@@ -75,7 +89,10 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
     from .build import run_build
 
     names = [t.strip() for t in targets.split(",") if t.strip()]
+    options = dict(options or {})
     try:
+        for key, flag in (("grid", "grid"), ("top_k", "top-k")):
+            options[key] = parse_setting(flag, options.get(key))
         requested = target_table.resolve(names)
         result = run_build(
             requested,

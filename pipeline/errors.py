@@ -26,6 +26,12 @@ class CheckpointError(ArrcocError):
     kind = "checkpoint error"
 
 
+class SettingsError(ArrcocError):
+    """Model settings asked for on the command line (--grid, --top-k) that cannot be built."""
+
+    kind = "settings error"
+
+
 class ExportError(ArrcocError):
     kind = "export error"
 

@@ -79,7 +79,7 @@ def test_seeded_build_is_reproducible():
 
 def test_config_rejects_impossible_shapes():
     with pytest.raises(ValueError):
-        ModelConfig(image_size=225, grid=14)
+        ModelConfig(image_size=448, grid=14)
     with pytest.raises(ValueError):
         ModelConfig(top_k=0)
 
