@@ -16,7 +16,7 @@ import numpy as np
 from . import manifest as manifest_mod
 from . import publish
 from .checkpoint import load_checkpoint
-from .errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError
+from .errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
 from .export import export_cached
 from .golden import GoldenSplit, build_golden_set, write_bundle
 from .model import OUTPUT_NAMES
@@ -223,6 +223,8 @@ def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, opti
     ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options)
     try:
         return run_stage(target, ctx)
+    except NotApplicableError as exc:
+        return StageResult(target, "skipped", exc.one_line())
     except MissingExtraError as exc:
         if strict:
             raise

@@ -45,6 +45,12 @@ class MissingExtraError(ArrcocError):
     kind = "missing dependency"
 
 
+class NotApplicableError(ArrcocError):
+    """A target that cannot exist for this model (e.g. no query encoder of its width): skipped."""
+
+    kind = "not applicable"
+
+
 class HostCapabilityError(ArrcocError):
     kind = "host capability"
 

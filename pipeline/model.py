@@ -113,43 +113,55 @@ def _lab_f(t: torch.Tensor) -> torch.Tensor:
     return torch.where(t > 0.008856, t.clamp(min=0.008856) ** (1.0 / 3.0), 7.787 * t + 4.0 / 29.0)
 
 
-def rgb_to_lab_l_a(rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sRGB [B,3,H,W] in [0,1] -> (L* in [0,100], a*) under D65, as kornia computes them."""
+# Rows of kornia's sRGB->XYZ matrix for X and Y, X divided by the D65 white point (Y's is 1).
+_XY_FROM_LINEAR_RGB = torch.tensor([[0.412453, 0.357580, 0.180423], [0.212671, 0.715160, 0.072169]])
+_XY_FROM_LINEAR_RGB[0] /= 0.95047
+_GRAY = (0.299, 0.587, 0.114)  # kornia.color.rgb_to_grayscale
+
+
+def lab_l_a_normalised(rgb: torch.Tensor, x_weight: torch.Tensor, y_weight: torch.Tensor):
+    """sRGB [B,3,H,W] in [0,1] -> (L*/100, (a*+128)/255) per pixel, L* and a* as kornia computes
+    them (D65). Channel mixing is a 1x1 convolution per output, so no op slices or splits the
+    colour channels (TensorRT rejects the SplitToSequence a split would export to)."""
     lin = _srgb_to_linear(rgb)
-    r, g, b = lin[:, 0:1], lin[:, 1:2], lin[:, 2:3]
-    x = (0.412453 * r + 0.357580 * g + 0.180423 * b) / 0.95047
-    y = 0.212671 * r + 0.715160 * g + 0.072169 * b
-    fx, fy = _lab_f(x), _lab_f(y)
-    return 116.0 * fy - 16.0, 500.0 * (fx - fy)
+    fx, fy = _lab_f(F.conv2d(lin, x_weight)), _lab_f(F.conv2d(lin, y_weight))
+    return (116.0 * fy - 16.0) / 100.0, (500.0 * (fx - fy) + 128.0) / 255.0
 
 
 # Offsets inside a CELL-pixel block: the bilinear 16x downsample reads pixels 7 and 8 of each
-# block (weight 1/2 each); a 3x3 Sobel at those pixels reads 6..9.
-_SAMPLE = (7, 9)
+# block (weight 1/2 each); a 3x3 Sobel at those pixels reads 6..9: the cell's 4 x 4 window.
 _WINDOW = (6, 10)
+_SAMPLED = ((1, 1), (1, 2), (2, 1), (2, 2))  # the bilinear taps inside the window
 
 
-def cell_pixels(image: torch.Tensor, grid: int, lo: int, hi: int) -> torch.Tensor:
-    """[B,C,CELL*G,CELL*G] -> [B,C,w*G,w*G]: pixels lo..hi-1 of every cell on both axes (w = hi-lo).
+def cell_windows(image: torch.Tensor, grid: int) -> torch.Tensor:
+    """[B,C,CELL*G,CELL*G] -> [B,C,4G,4G]: pixels 6..9 of every cell on both axes.
 
-    Reshapes and slices only (rank <= 4), so every target's runtime lowers it and the batch
-    stays dynamic.
+    Reshapes and two slices only, rank <= 4 with the batch kept as its own leading dimension, so
+    every target's runtime lowers it and the batch stays dynamic (XNNPACK cannot resize a
+    reshape that folds the batch into another dimension).
     """
-    channels, w = image.shape[1], hi - lo
-    rows = image.reshape(-1, CELL, CELL * grid)[:, lo:hi, :]  # [B*C*G, w, CELL*G]
-    cells = rows.reshape(-1, w, grid, CELL)[:, :, :, lo:hi]  # [B*C*G, w, G, w]
-    return cells.reshape(-1, channels, w * grid, w * grid)
+    lo, hi = _WINDOW
+    batch, channels, w = image.shape[0], image.shape[1], hi - lo
+    rows = image.reshape(batch, channels * grid, CELL, CELL * grid)[:, :, lo:hi, :]  # [B, C*G, 4, CELL*G]
+    cells = rows.reshape(batch, channels * grid * w, grid, CELL)[:, :, :, lo:hi]  # [B, C*G*4, G, 4]
+    return cells.reshape(batch, channels, w * grid, w * grid)
 
 
-def _sobel_at_samples() -> torch.Tensor:
-    """[8,1,4,4]: kornia's normalised Sobel x (first 4) and y (last 4) at the 2 x 2 sampled
-    pixels of a 4 x 4 window, so one stride-4 convolution yields all of them."""
+def _window_kernels() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stride-4 convolution kernels over the 4 x 4 window of each cell:
+    mean [1,1,4,4]: the bilinear sample (mean of the 4 taps), applied per channel;
+    sobel_x, sobel_y [4,3,4,4]: kornia's normalised Sobel of the grayscale image at each tap,
+    with the grayscale weights folded in (Sobel is linear, so Sobel(gray) = sum_c w_c Sobel(c))."""
     gx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]) / 8.0
-    kernels = torch.zeros(2, 4, 1, 4, 4)
-    for d, k in enumerate((gx, gx.t())):
-        for n, (r, c) in enumerate(((1, 1), (1, 2), (2, 1), (2, 2))):
-            kernels[d, n, 0, r - 1 : r + 2, c - 1 : c + 2] = k
-    return kernels.reshape(8, 1, 4, 4)
+    gray = torch.tensor(_GRAY)[:, None, None]
+    mean = torch.zeros(1, 1, 4, 4)
+    sobel = torch.zeros(2, 4, 3, 4, 4)
+    for n, (r, c) in enumerate(_SAMPLED):
+        mean[0, 0, r, c] = 0.25
+        for d, k in enumerate((gx, gx.t())):
+            sobel[d, n, :, r - 1 : r + 2, c - 1 : c + 2] = gray * k
+    return mean, sobel[0], sobel[1]
 
 
 class TextureArray(nn.Module):
@@ -157,37 +169,38 @@ class TextureArray(nn.Module):
 
     Channels: RGB, L*/100, (a*+128)/255, Sobel gx, gy, magnitude (each min-maxed), y, x,
     eccentricity, magnitude again, L*/100 again. Every channel is the mean of its per-pixel value
-    at the 2 x 2 sampled pixels of the cell, which is exactly the reference's bilinear sampling.
+    at the 4 bilinear taps of the cell, which is exactly the reference's bilinear sampling.
+    Built from convolutions and reductions only (no channel slicing): a small graph everywhere.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.grid = cfg.grid
-        self.register_buffer("sobel", _sobel_at_samples(), persistent=False)
+        mean, sobel_x, sobel_y = _window_kernels()
+        self.register_buffer("tap_mean", mean, persistent=False)
+        self.register_buffer("sobel_x", sobel_x, persistent=False)
+        self.register_buffer("sobel_y", sobel_y, persistent=False)
+        self.register_buffer("x_weight", _XY_FROM_LINEAR_RGB[0:1, :, None, None].clone(), persistent=False)
+        self.register_buffer("y_weight", _XY_FROM_LINEAR_RGB[1:2, :, None, None].clone(), persistent=False)
         lin = torch.linspace(0.0, 1.0, cfg.grid)
         yy, xx = torch.meshgrid(lin, lin, indexing="ij")
         ecc = torch.sqrt((yy - 0.5) ** 2 + (xx - 0.5) ** 2)
         pos = torch.stack([yy, xx, ecc / ecc.max()]).unsqueeze(0)
         self.register_buffer("positions", pos, persistent=False)
 
+    def _sample(self, x: torch.Tensor) -> torch.Tensor:
+        """[B,C,4G,4G] per-pixel values -> [B,C,G,G] bilinear samples."""
+        return F.conv2d(x, self.tap_mean.expand(x.shape[1], 1, 4, 4), stride=4, groups=x.shape[1])
+
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        batch, g = image.shape[0], self.grid
-        sampled = cell_pixels(image, g, *_SAMPLE)  # [B,3,2G,2G]
-        lum, a_star = rgb_to_lab_l_a(sampled)
-        to_grid = lambda x: F.avg_pool2d(x, kernel_size=2, stride=2)  # the bilinear 1/2, 1/2
-        window = cell_pixels(image, g, *_WINDOW)  # [B,3,4G,4G]
-        gray = 0.299 * window[:, 0:1] + 0.587 * window[:, 1:2] + 0.114 * window[:, 2:3]
-        grads = F.conv2d(gray, self.sobel, stride=4)  # [B,8,G,G]: gx, gy at the 4 samples
-        gx, gy = grads[:, 0:4], grads[:, 4:8]
-        mag = torch.sqrt(gx * gx + gy * gy + 1e-8)
-        edges = torch.cat([gx.mean(1, keepdim=True), gy.mean(1, keepdim=True), mag.mean(1, keepdim=True)], dim=1)
-        edges = minmax_per_sample_channels(edges)
-        l_norm = to_grid(lum) / 100.0
-        a_norm = (to_grid(a_star) + 128.0) / 255.0
-        pos = self.positions.expand(batch, -1, -1, -1)
-        return torch.cat(
-            [to_grid(sampled), l_norm, a_norm, edges, pos, edges[:, 2:3], l_norm], dim=1
-        )
+        window = cell_windows(image, self.grid)  # [B,3,4G,4G]
+        lum, a_star = (self._sample(c) for c in lab_l_a_normalised(window, self.x_weight, self.y_weight))
+        gx = F.conv2d(window, self.sobel_x, stride=4)  # [B,4,G,G]: gx at the 4 taps
+        gy = F.conv2d(window, self.sobel_y, stride=4)
+        mag = torch.sqrt(gx * gx + gy * gy + 1e-8).mean(dim=1, keepdim=True)
+        gx, gy, mag = (minmax_per_sample_channels(e) for e in (gx.mean(dim=1, keepdim=True), gy.mean(dim=1, keepdim=True), mag))
+        pos = self.positions.expand(image.shape[0], -1, -1, -1)
+        return torch.cat([self._sample(window), lum, a_star, gx, gy, mag, pos, mag, lum], dim=1)
 
 
 def minmax_per_sample_channels(x: torch.Tensor) -> torch.Tensor:
