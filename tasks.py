@@ -24,13 +24,16 @@ def _exit(code: int) -> None:
         "out": "output folder; default: artifacts/",
         "verbose": VERBOSE,
         "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
+        "grid": "patch grid G (G x G patches, input 16*G px); default: the checkpoint's (reference .pt: 32)",
+        "top_k": "patches selected K, 1..G*G; default: the checkpoint's (reference .pt: 200)",
     }
 )
-def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None):
+def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
     from pipeline import cli
 
     options = {"calibration_dir": calibration} if calibration is not None else {}
+    options.update(grid=grid, top_k=top_k)
     _exit(cli.build(target, checkpoint, out, verbose, options))
 
 

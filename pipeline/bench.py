@@ -31,18 +31,29 @@ class BenchCase:
 
 
 def torch_cases(model) -> list[BenchCase]:
+    """torch eager of model.py, and the literal reference (pipeline/reference.py): what a user runs
+    without this tool, with kornia at full resolution and the direct D-wide projection."""
     import torch
 
-    default = torch.get_num_threads()
+    from . import reference
 
-    def eager(threads):
+    default = torch.get_num_threads()
+    state = model.state_dict()
+
+    def timed(fn, threads):
         def run(inputs):
             torch.set_num_threads(threads)
             with torch.inference_mode():
-                model(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))
+                fn(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))
         return run
 
-    return [BenchCase("torch eager (1 thread)", eager(1), 1), BenchCase("torch eager (default threads)", eager(default), None)]
+    literal = lambda image, query: reference.forward(state, model.cfg, image, query)
+    return [
+        BenchCase("torch eager (1 thread)", timed(model, 1), 1),
+        BenchCase("torch eager (default threads)", timed(model, default), None),
+        BenchCase("reference arr-coc-0-1, literal kornia (1 thread)", timed(literal, 1), 1),
+        BenchCase("reference arr-coc-0-1, literal kornia (default threads)", timed(literal, default), None),
+    ]
 
 
 def time_cases(cases: list[BenchCase], inputs: dict, runs: int, warmup: int = 3) -> list[list[float]]:
@@ -62,6 +73,7 @@ def time_cases(cases: list[BenchCase], inputs: dict, runs: int, warmup: int = 3)
 
 def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int) -> list[dict]:
     baseline = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("torch eager")}
+    literal = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("reference")}
     rows = []
     for case, t in zip(cases, times):
         median = float(np.median(t))
@@ -69,7 +81,8 @@ def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int) -> li
                      "threads": case.threads or "default", "median_ms": round(median, 4),
                      "p90_ms": round(float(np.percentile(t, 90)), 4), "runs": len(t),
                      "clock": "in the runtime (self-timed)" if case.self_timed else "python perf_counter",
-                     "vs_torch_eager": round(baseline[case.threads] / median, 3) if case.threads in baseline else None})
+                     "vs_torch_eager": round(baseline[case.threads] / median, 3) if case.threads in baseline else None,
+                     "vs_reference": round(literal[case.threads] / median, 3) if case.threads in literal else None})
     return rows
 
 
@@ -81,7 +94,8 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     manifest = read_manifest(out)
     if not manifest.get("targets"):
         raise InputError(f"no published artifacts in {out}", "run `invoke build` first")
-    ckpt = load_checkpoint(manifest["checkpoint"]["path"])
+    settings = manifest["checkpoint"].get("model") or {}
+    ckpt = load_checkpoint(manifest["checkpoint"]["path"], grid=settings.get("grid"), top_k=settings.get("top_k"))
     heldout = build_golden_set(ckpt.model, ckpt.config).heldout
     cases = torch_cases(ckpt.model)
     for name, entry in manifest["targets"].items():
@@ -104,8 +118,9 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
 
 
 def format_rows(rows: list[dict]) -> str:
-    head = ("case", "runtime", "median ms", "p90 ms", "x vs torch eager")
+    head = ("case", "runtime", "median ms", "p90 ms", "x vs torch eager", "x vs reference")
+    ratio = lambda v: "-" if v is None else f"{v:.2f}x"
     table = [head] + [(r["case"], r["runtime"], f"{r['median_ms']:.3f}", f"{r['p90_ms']:.3f}",
-                       "-" if r["vs_torch_eager"] is None else f"{r['vs_torch_eager']:.2f}x") for r in rows]
+                       ratio(r["vs_torch_eager"]), ratio(r.get("vs_reference"))) for r in rows]
     widths = [max(len(str(r[i])) for r in table) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)

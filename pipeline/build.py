@@ -16,7 +16,7 @@ import numpy as np
 from . import manifest as manifest_mod
 from . import publish
 from .checkpoint import load_checkpoint
-from .errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError
+from .errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
 from .export import export_cached
 from .golden import GoldenSplit, build_golden_set, write_bundle
 from .model import OUTPUT_NAMES
@@ -178,7 +178,9 @@ def run_build(
 
 def _build_locked(order, checkpoint, out, log, strict, started, options, requested) -> BuildResult:
     log(f"loading checkpoint {checkpoint}")
-    ckpt = load_checkpoint(checkpoint)
+    ckpt = load_checkpoint(checkpoint, grid=options.get("grid"), top_k=options.get("top_k"))
+    cfg = ckpt.config
+    log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
     for target in order:  # bad options fail here, before any stage could publish
         target.check_options(options, ckpt.config)
     if ckpt.ignored_keys:
@@ -252,6 +254,8 @@ def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, opti
     ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options)
     try:
         return run_stage(target, ctx)
+    except NotApplicableError as exc:
+        return StageResult(target, "skipped", exc.one_line())
     except MissingExtraError as exc:
         if strict:
             raise

@@ -5,7 +5,8 @@
   be known.
 * `.pt` / `.pth` (arr-coc-0-1 layout, e.g. a full ARRCOCQwen state dict): loaded with
   `torch.load(weights_only=True)`, so a pickle that tries to run code is refused. The query width
-  D and hidden sizes are inferred from the weights. Keys under IGNORED_PREFIXES (the frozen Qwen
+  D and hidden sizes are inferred from the weights; grid, top-K and input size default to the
+  reference's own training settings (REFERENCE_SETTINGS: 32 x 32 patches, K=200, 512 px). Keys under IGNORED_PREFIXES (the frozen Qwen
   base model) are dropped and reported; any other unknown key is an error.
 """
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
-from .model import ModelConfig, RelevanceModel, build_model, learned_shapes
+from .errors import CheckpointError, SettingsError
+from .model import CELL, ModelConfig, RelevanceModel, build_model, learned_shapes
 
 FORMAT_TAG = "arrcoc-edge/1"
 IGNORED_PREFIXES = ("base_model.",)
@@ -29,6 +30,8 @@ _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
 _PROJ_OUT = "participatory_scorer.texture_proj.2.weight"
 _PROJ_IN = "participatory_scorer.texture_proj.0.weight"
 _BAL_IN = "balancer.weight_predictor.0.weight"
+# arr-coc-0-1 trains with generate_texture_array(target_size=32) and TokenAllocator(K=200).
+REFERENCE_SETTINGS = {"grid": 32, "top_k": 200}
 
 
 @dataclass
@@ -50,8 +53,12 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
-    """Load, validate and build the model; raises CheckpointError with the fix on any problem."""
+def load_checkpoint(path: str | Path, grid: int | None = None, top_k: int | None = None) -> LoadedCheckpoint:
+    """Load, validate and build the model; raises CheckpointError with the fix on any problem.
+
+    grid / top_k override the checkpoint's settings (the learned layers do not depend on them:
+    1x1 convolutions and an MLP on map statistics); the input size follows as 16 * grid.
+    """
     path = Path(path)
     _check_readable(path)
     suffix = path.suffix.lower()
@@ -68,6 +75,8 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
             f"{path}: unknown checkpoint type '{suffix or '(none)'}'",
             "pass a .safetensors file written by arrcoc-edge or a .pt/.pth state dict",
         )
+    if grid is not None or top_k is not None:
+        config = override_settings(config, grid, top_k)
     model = _build_validated(tensors, config, path)
     return LoadedCheckpoint(path, sha256_file(path), config, model, layout, ignored, provenance)
 
@@ -177,7 +186,22 @@ def _infer_config(tensors: dict, path: Path) -> ModelConfig:
             f"{path}: balancer input width {bal_in} != 9 + query width {query_dim}",
             "the participatory scorer and balancer come from different models: re-export both together",
         )
-    return ModelConfig(query_dim=int(query_dim), proj_hidden=int(proj_hidden), balancer_hidden=int(hidden))
+    grid = REFERENCE_SETTINGS["grid"]
+    return ModelConfig(
+        image_size=CELL * grid, grid=grid, top_k=REFERENCE_SETTINGS["top_k"],
+        query_dim=int(query_dim), proj_hidden=int(proj_hidden), balancer_hidden=int(hidden),
+    )
+
+
+def override_settings(config: ModelConfig, grid: int | None, top_k: int | None) -> ModelConfig:
+    """config at the requested grid / top-K, or a SettingsError naming the valid range."""
+    try:
+        return config.with_settings(grid=grid, top_k=top_k)
+    except ValueError as exc:
+        raise SettingsError(
+            f"invalid --grid/--top-k ({exc})",
+            "pass --grid G with 1 <= G <= 128 (input 16*G px) and --top-k K with 1 <= K <= G*G",
+        ) from exc
 
 
 def _build_validated(tensors: dict, config: ModelConfig, path: Path) -> RelevanceModel:

@@ -29,6 +29,12 @@ class CheckpointError(ArrcocError):
     kind = "checkpoint error"
 
 
+class SettingsError(ArrcocError):
+    """Model settings asked for on the command line (--grid, --top-k) that cannot be built."""
+
+    kind = "settings error"
+
+
 class ExportError(ArrcocError):
     kind = "export error"
 
@@ -40,6 +46,12 @@ class GateError(ArrcocError):
 
 class MissingExtraError(ArrcocError):
     kind = "missing dependency"
+
+
+class NotApplicableError(ArrcocError):
+    """A target that cannot exist for this model (e.g. no query encoder of its width): skipped."""
+
+    kind = "not applicable"
 
 
 class HostCapabilityError(ArrcocError):

@@ -85,6 +85,7 @@ def target_entry(stage, ckpt, program, by_name: dict) -> dict:
         "variants": {r.variant.name: _variant_entry(r, staging, name) for r in stage.variants},
         "provenance": {
             "checkpoint_sha256": ckpt.sha256,
+            "model": model_settings(ckpt.config),
             "exported_program_sha256": program.sha256,
             "upstream": {
                 dep: _primary_sha(by_name.get(dep))
@@ -108,8 +109,27 @@ def _primary_sha(stage) -> str | None:
     return sha256_file(primary.variant.files[0]) if primary and primary.variant.files else None
 
 
+def model_settings(cfg) -> dict:
+    """What an app needs to know to feed and read an artifact (also the identity of a build)."""
+    return {"grid": cfg.grid, "top_k": cfg.top_k, "input_size": cfg.image_size, "query_dim": cfg.query_dim}
+
+
+def _mark_stale(entry: dict, ckpt) -> dict:
+    """A previously published entry of another checkpoint or other settings stays listed (its
+    files are still on disk) but is no longer presented as this build's artifact."""
+    prov = entry.get("provenance") or {}
+    if entry.get("status") not in ("published", "unverified"):
+        return entry
+    if prov.get("checkpoint_sha256") == ckpt.sha256 and prov.get("model") == model_settings(ckpt.config):
+        return entry
+    was = prov.get("model") or {}
+    return {**entry, "status": "stale", "reason": (
+        f"built from checkpoint {str(prov.get('checkpoint_sha256'))[:12]} at grid {was.get('grid', '?')}, "
+        f"top-{was.get('top_k', '?')}, not from this manifest's checkpoint: rebuild this target")}
+
+
 def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
-    targets = dict(previous.get("targets", {}))
+    targets = {name: _mark_stale(e, ckpt) for name, e in previous.get("targets", {}).items()}
     by_name = {s.target.name: s for s in stages}
     for stage in stages:
         name = stage.target.name
@@ -124,6 +144,7 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
             "sha256": ckpt.sha256,
             "layout": ckpt.layout,
             "config": ckpt.config.__dict__,
+            "model": model_settings(ckpt.config),
             "provenance": ckpt.provenance,
             "ignored_keys": len(ckpt.ignored_keys),
         },

@@ -1,17 +1,18 @@
 """The ARR-COC v0.1 relevance realizer, written afresh for export.
 
-Faithful to the reference (arr-coc-0-1, ARR_COC/{texture,knowing,balancing,attending}.py),
-with deliberate differences for export and edge use (also listed in the README):
-  * min-max normalisation is per sample, never across the batch, so one image's
-    result does not depend on its batch-mates;
-  * no kornia: RGB->LAB, grayscale and the normalised Sobel filter are written out;
-  * texture features are reduced to the G x G grid by area averaging (avg_pool2d with
-    a fixed kernel) instead of bilinear point sampling: same grid, no aliasing, and a
-    fixed kernel keeps the batch dimension flexible in every runtime;
-  * constant buffers (Sobel kernels, position maps) are built at the grid's resolution;
-  * no Qwen: the query embedding is an input of width D.
+It computes what the reference computes (arr-coc-0-1, ARR_COC/{texture,knowing,balancing,
+attending}.py, with kornia), held to it by `pipeline/reference.py` and tests/test_reference.py.
+The one accepted difference: min-max normalisation is per sample, never across the batch, so one
+image's result does not depend on its batch-mates (at batch 1 the two are identical).
 
-Contract: image [B,3,S,S] RGB in [0,1], query [B,D] ->
+How it gets there faster without changing the numbers (see TextureArray): the reference resizes
+to 16*G, computes LAB, grayscale and a normalised 3x3 Sobel at every pixel, then samples the G x G
+grid bilinearly (align_corners=False). A 16x bilinear downsample reads only pixels 16i+7 and
+16i+8 of each axis, weight 1/2 each, so every texture channel needs just the 4 x 4 window
+16i+6..16i+9 of each cell: 1/16 of the pixels, no full-resolution colour maths, no kornia in the
+graph. The input must therefore be 16*G square (the reference's own resize would be the identity).
+
+Contract: image [B,3,16G,16G] RGB in [0,1], query [B,D] ->
 relevance [B,G*G] in [0,1], topk_indices int64 [B,K], weights [B,3]
 (information, perspectival, participatory).
 """
@@ -35,9 +36,19 @@ WAYS_OF_KNOWING = ("information", "perspectival", "participatory")
 _MINMAX_EPS = 1e-8
 
 
+# The reference computes its texture at 16 pixels per grid cell (texture.py's intermediate size).
+CELL = 16
+# Largest grid accepted: 128 x 128 patches on a 2048 px input already needs ~50 MB per image.
+MAX_GRID = 128
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """Everything that shapes the network. Stored in checkpoint metadata."""
+    """Everything that shapes the network. Stored in checkpoint metadata.
+
+    The one place a config is validated: every field a positive integer, the input exactly
+    CELL * grid pixels square (what the reference's resize produces), 1 <= top_k <= grid**2.
+    """
 
     image_size: int = 224
     grid: int = 14
@@ -47,10 +58,19 @@ class ModelConfig:
     top_k: int = 64
 
     def __post_init__(self):
-        if self.image_size % self.grid:
-            raise ValueError(f"image_size {self.image_size} must be a multiple of grid {self.grid}")
-        if not 0 < self.top_k <= self.num_patches:
-            raise ValueError(f"top_k {self.top_k} must be in 1..{self.num_patches}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{f.name} must be a positive integer, got {value!r}")
+        if self.grid > MAX_GRID:
+            raise ValueError(f"grid {self.grid} is larger than the supported {MAX_GRID}")
+        if self.image_size != CELL * self.grid:
+            raise ValueError(
+                f"image_size {self.image_size} must be {CELL} x grid = {CELL * self.grid} "
+                f"(the reference computes its texture at {CELL} pixels per grid cell)"
+            )
+        if self.top_k > self.num_patches:
+            raise ValueError(f"top_k {self.top_k} must be in 1..{self.num_patches} (grid {self.grid} squared)")
 
     @property
     def num_patches(self) -> int:
@@ -59,13 +79,21 @@ class ModelConfig:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
+    def with_settings(self, grid: int | None = None, top_k: int | None = None) -> "ModelConfig":
+        """The same learned shapes at another grid / top-K (the input size follows the grid)."""
+        grid = self.grid if grid is None else grid
+        size = CELL * grid if isinstance(grid, int) and not isinstance(grid, bool) else grid
+        return dataclasses.replace(self, grid=grid, image_size=size, top_k=self.top_k if top_k is None else top_k)
+
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"config must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown config keys {sorted(unknown)}")
-        return cls(**{k: int(v) for k, v in data.items()})
+        return cls(**data)
 
 
 def minmax_per_sample(x: torch.Tensor) -> torch.Tensor:
@@ -85,46 +113,94 @@ def _lab_f(t: torch.Tensor) -> torch.Tensor:
     return torch.where(t > 0.008856, t.clamp(min=0.008856) ** (1.0 / 3.0), 7.787 * t + 4.0 / 29.0)
 
 
-def rgb_to_lab_l_a(rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sRGB [B,3,H,W] in [0,1] -> (L* in [0,100], a*) under D65, as kornia computes them."""
+# Rows of kornia's sRGB->XYZ matrix for X and Y, X divided by the D65 white point (Y's is 1).
+_XY_FROM_LINEAR_RGB = torch.tensor([[0.412453, 0.357580, 0.180423], [0.212671, 0.715160, 0.072169]])
+_XY_FROM_LINEAR_RGB[0] /= 0.95047
+_GRAY = (0.299, 0.587, 0.114)  # kornia.color.rgb_to_grayscale
+
+
+def lab_l_a_normalised(rgb: torch.Tensor, x_weight: torch.Tensor, y_weight: torch.Tensor):
+    """sRGB [B,3,H,W] in [0,1] -> (L*/100, (a*+128)/255) per pixel, L* and a* as kornia computes
+    them (D65). Channel mixing is a 1x1 convolution per output, so no op slices or splits the
+    colour channels (TensorRT rejects the SplitToSequence a split would export to)."""
     lin = _srgb_to_linear(rgb)
-    r, g, b = lin[:, 0:1], lin[:, 1:2], lin[:, 2:3]
-    x = (0.412453 * r + 0.357580 * g + 0.180423 * b) / 0.95047
-    y = 0.212671 * r + 0.715160 * g + 0.072169 * b
-    fx, fy = _lab_f(x), _lab_f(y)
-    return 116.0 * fy - 16.0, 500.0 * (fx - fy)
+    fx, fy = _lab_f(F.conv2d(lin, x_weight)), _lab_f(F.conv2d(lin, y_weight))
+    return (116.0 * fy - 16.0) / 100.0, (500.0 * (fx - fy) + 128.0) / 255.0
+
+
+# Offsets inside a CELL-pixel block: the bilinear 16x downsample reads pixels 7 and 8 of each
+# block (weight 1/2 each); a 3x3 Sobel at those pixels reads 6..9: the cell's 4 x 4 window.
+_WINDOW = (6, 10)
+_SAMPLED = ((1, 1), (1, 2), (2, 1), (2, 2))  # the bilinear taps inside the window
+
+
+def cell_windows(image: torch.Tensor, grid: int) -> torch.Tensor:
+    """[B,C,CELL*G,CELL*G] -> [B,C,4G,4G]: pixels 6..9 of every cell on both axes.
+
+    Reshapes and two slices only, rank <= 4 with the batch kept as its own leading dimension, so
+    every target's runtime lowers it and the batch stays dynamic (XNNPACK cannot resize a
+    reshape that folds the batch into another dimension).
+    """
+    lo, hi = _WINDOW
+    batch, channels, w = image.shape[0], image.shape[1], hi - lo
+    rows = image.reshape(batch, channels * grid, CELL, CELL * grid)[:, :, lo:hi, :]  # [B, C*G, 4, CELL*G]
+    cells = rows.reshape(batch, channels * grid * w, grid, CELL)[:, :, :, lo:hi]  # [B, C*G*4, G, 4]
+    return cells.reshape(batch, channels, w * grid, w * grid)
+
+
+def _window_kernels() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stride-4 convolution kernels over the 4 x 4 window of each cell:
+    mean [1,1,4,4]: the bilinear sample (mean of the 4 taps), applied per channel;
+    sobel_x, sobel_y [4,3,4,4]: kornia's normalised Sobel of the grayscale image at each tap,
+    with the grayscale weights folded in (Sobel is linear, so Sobel(gray) = sum_c w_c Sobel(c))."""
+    gx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]) / 8.0
+    gray = torch.tensor(_GRAY)[:, None, None]
+    mean = torch.zeros(1, 1, 4, 4)
+    sobel = torch.zeros(2, 4, 3, 4, 4)
+    for n, (r, c) in enumerate(_SAMPLED):
+        mean[0, 0, r, c] = 0.25
+        for d, k in enumerate((gx, gx.t())):
+            sobel[d, n, :, r - 1 : r + 2, c - 1 : c + 2] = gray * k
+    return mean, sobel[0], sobel[1]
 
 
 class TextureArray(nn.Module):
-    """RGB [B,3,S,S] -> 13 texture channels on the G x G grid (reference texture.py)."""
+    """RGB [B,3,16G,16G] -> the reference's 13 texture channels on the G x G grid.
+
+    Channels: RGB, L*/100, (a*+128)/255, Sobel gx, gy, magnitude (each min-maxed), y, x,
+    eccentricity, magnitude again, L*/100 again. Every channel is the mean of its per-pixel value
+    at the 4 bilinear taps of the cell, which is exactly the reference's bilinear sampling.
+    Built from convolutions and reductions only (no channel slicing): a small graph everywhere.
+    """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.pool = cfg.image_size // cfg.grid
-        gx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]) / 8.0
-        self.register_buffer("sobel", torch.stack([gx, gx.t()]).unsqueeze(1), persistent=False)
+        self.grid = cfg.grid
+        mean, sobel_x, sobel_y = _window_kernels()
+        self.register_buffer("tap_mean", mean, persistent=False)
+        self.register_buffer("sobel_x", sobel_x, persistent=False)
+        self.register_buffer("sobel_y", sobel_y, persistent=False)
+        self.register_buffer("x_weight", _XY_FROM_LINEAR_RGB[0:1, :, None, None].clone(), persistent=False)
+        self.register_buffer("y_weight", _XY_FROM_LINEAR_RGB[1:2, :, None, None].clone(), persistent=False)
         lin = torch.linspace(0.0, 1.0, cfg.grid)
         yy, xx = torch.meshgrid(lin, lin, indexing="ij")
         ecc = torch.sqrt((yy - 0.5) ** 2 + (xx - 0.5) ** 2)
         pos = torch.stack([yy, xx, ecc / ecc.max()]).unsqueeze(0)
         self.register_buffer("positions", pos, persistent=False)
 
-    def _to_grid(self, x: torch.Tensor) -> torch.Tensor:
-        return F.avg_pool2d(x, kernel_size=self.pool, stride=self.pool)
+    def _sample(self, x: torch.Tensor) -> torch.Tensor:
+        """[B,C,4G,4G] per-pixel values -> [B,C,G,G] bilinear samples."""
+        return F.conv2d(x, self.tap_mean.expand(x.shape[1], 1, 4, 4), stride=4, groups=x.shape[1])
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        batch = image.shape[0]
-        lum, a_star = rgb_to_lab_l_a(image)
-        gray = 0.299 * image[:, 0:1] + 0.587 * image[:, 1:2] + 0.114 * image[:, 2:3]
-        grads = F.conv2d(F.pad(gray, (1, 1, 1, 1), mode="replicate"), self.sobel)
-        mag = torch.sqrt(grads[:, 0:1] ** 2 + grads[:, 1:2] ** 2 + 1e-8)
-        edges = minmax_per_sample_channels(self._to_grid(torch.cat([grads, mag], dim=1)))
-        l_norm = self._to_grid(lum) / 100.0
-        a_norm = (self._to_grid(a_star) + 128.0) / 255.0
-        pos = self.positions.expand(batch, -1, -1, -1)
-        return torch.cat(
-            [self._to_grid(image), l_norm, a_norm, edges, pos, edges[:, 2:3], l_norm], dim=1
-        )
+        window = cell_windows(image, self.grid)  # [B,3,4G,4G]
+        lum, a_star = (self._sample(c) for c in lab_l_a_normalised(window, self.x_weight, self.y_weight))
+        gx = F.conv2d(window, self.sobel_x, stride=4)  # [B,4,G,G]: gx at the 4 taps
+        gy = F.conv2d(window, self.sobel_y, stride=4)
+        mag = torch.sqrt(gx * gx + gy * gy + 1e-8).mean(dim=1, keepdim=True)
+        gx, gy, mag = (minmax_per_sample_channels(e) for e in (gx.mean(dim=1, keepdim=True), gy.mean(dim=1, keepdim=True), mag))
+        pos = self.positions.expand(image.shape[0], -1, -1, -1)
+        return torch.cat([self._sample(window), lum, a_star, gx, gy, mag, pos, mag, lum], dim=1)
 
 
 def minmax_per_sample_channels(x: torch.Tensor) -> torch.Tensor:

@@ -112,7 +112,8 @@ class AndroidTarget(Target):
         # and artifacts/android/ hold identical golden files.
         write_bundle(ctx.golden.heldout, ctx.staging, gate.to_dict(), topk_dtype=primary.variant.topk_dtype)
         write_sample(ctx, ctx.staging)
-        data = mobile_contract.contract(cfg, artifacts, golden=dict(mobile_contract.GOLDEN_FILES))
+        data = mobile_contract.contract(cfg, artifacts, golden=dict(mobile_contract.GOLDEN_FILES),
+                                        fallback_split=ctx.golden.heldout)
         data["app"] = {
             "platform": "android", "default_artifact": default, "sample_image": mobile_contract.SAMPLE_IMAGE,
             "assets_folder": APP_ASSETS.relative_to(APP_DIR).as_posix(),

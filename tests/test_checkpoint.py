@@ -1,6 +1,7 @@
 """Checkpoint loading: both layouts load to the same model; every bad input is a CheckpointError."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from pathlib import Path
@@ -10,7 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.checkpoint import load_checkpoint, save_checkpoint
-from pipeline.errors import CheckpointError
+from pipeline.cli import DEFAULT_CHECKPOINT
+from pipeline.errors import CheckpointError, SettingsError
 from pipeline.model import ModelConfig, build_model
 
 
@@ -35,8 +37,42 @@ def test_reference_layout_pt_loads_like_safetensors(loaded, tmp_path):
     ref = load_checkpoint(path)
     assert ref.layout == "reference-state-dict"
     assert ref.ignored_keys == ["base_model.layers.0.weight"]
-    assert ref.config == loaded.config
+    # a reference checkpoint builds at the reference's own training settings by default
+    assert (ref.config.grid, ref.config.top_k, ref.config.image_size) == (32, 200, 512)
+    assert ref.config == loaded.config.with_settings(grid=32, top_k=200)
     assert _same_weights(ref.model, loaded.model)
+    again = load_checkpoint(path, grid=loaded.config.grid, top_k=loaded.config.top_k)
+    assert again.config == loaded.config
+
+
+@pytest.mark.parametrize("grid, top_k", [(0, None), (-3, None), (14, 0), (14, 197), (129, None), (4, 17)])
+def test_impossible_settings_are_one_line_errors(grid, top_k):
+    with pytest.raises(SettingsError) as err:
+        load_checkpoint(DEFAULT_CHECKPOINT, grid=grid, top_k=top_k)
+    assert "\n" not in err.value.one_line() and "--grid" in err.value.one_line()
+
+
+@pytest.mark.parametrize("stored", [
+    {"grid": 0, "top_k": 1, "image_size": 0},
+    {"grid": -14, "image_size": -224},  # the modulo and the square of a negative grid still "work"
+    {"grid": 14, "image_size": 448},  # input size that disagrees with the grid
+    {"grid": 14, "top_k": 500},
+    {"grid": "14"},
+    {"grid": 14.0},
+    {"grid": True},
+])
+def test_invalid_stored_configs_are_checkpoint_errors(stored, loaded, tmp_path):
+    import dataclasses
+
+    from safetensors.torch import save_file
+
+    config = {**dataclasses.asdict(loaded.config), **stored}
+    path = tmp_path / "bad-config.safetensors"
+    tensors = {k: v.contiguous() for k, v in loaded.model.state_dict().items()}
+    save_file(tensors, str(path), metadata={"arrcoc.config": json.dumps(config)})
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    assert "invalid model config" in err.value.problem
 
 
 def test_query_width_is_inferred_from_the_weights(tmp_path):
@@ -45,8 +81,8 @@ def test_query_width_is_inferred_from_the_weights(tmp_path):
     torch.save(build_model(cfg, seed=1).state_dict(), path)
     got = load_checkpoint(path)
     assert got.config.query_dim == 1536
-    relevance, _, _ = got.model(torch.rand(1, 3, 224, 224), torch.randn(1, 1536))
-    assert relevance.shape == (1, 196)
+    relevance, topk, _ = got.model(torch.rand(1, 3, 512, 512), torch.randn(1, 1536))
+    assert relevance.shape == (1, 1024) and topk.shape == (1, 200)
 
 
 def test_save_and_reload_round_trip(tmp_path):

@@ -446,6 +446,7 @@ function populate() {
   $('text-note').textContent = c.text_encoder
     ? `Typed queries: tokenized and embedded here by ${c.text_encoder.name} (${(c.text_encoder.bytes / 1048576).toFixed(1)} MB, loaded on first use).`
     : (c.text_note || 'Free-text queries are not available in this build: presets only.');
+  if (state.presets.note) $('footer-note').textContent = `Preset queries: ${state.presets.encoder}.`;
   c.samples.forEach((s) => {
     const b = document.createElement('button');
     b.type = 'button';
