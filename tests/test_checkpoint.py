@@ -10,8 +10,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pipeline.checkpoint import load_checkpoint, save_checkpoint
-from pipeline.cli import DEFAULT_CHECKPOINT
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.checkpoint import load_checkpoint, override_settings, save_checkpoint
+from pipeline.cli import DEFAULT_CHECKPOINT, parse_setting
 from pipeline.errors import CheckpointError, SettingsError
 from pipeline.model import ModelConfig, build_model
 
@@ -50,6 +53,22 @@ def test_impossible_settings_are_one_line_errors(grid, top_k):
     with pytest.raises(SettingsError) as err:
         load_checkpoint(DEFAULT_CHECKPOINT, grid=grid, top_k=top_k)
     assert "\n" not in err.value.one_line() and "--grid" in err.value.one_line()
+
+
+SETTING = st.one_of(st.none(), st.integers(-3, 300), st.text(max_size=5),
+                    st.sampled_from(["1", "32", " 14 ", "0x10", "1e2", "14.0"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(grid=SETTING, top_k=SETTING)
+def test_any_grid_and_top_k_give_a_valid_model_or_one_line(loaded, grid, top_k):
+    """Whatever a user types: a consistent config (input 16*G, 1 <= K <= G*G) or one SettingsError."""
+    try:
+        cfg = override_settings(loaded.config, parse_setting("grid", grid), parse_setting("top-k", top_k))
+    except SettingsError as exc:
+        assert "\n" not in exc.one_line() and " -> fix: " in exc.one_line()
+        return
+    assert cfg.image_size == 16 * cfg.grid and 1 <= cfg.top_k <= cfg.grid ** 2 <= 128 ** 2
 
 
 @pytest.mark.parametrize("stored", [

@@ -226,7 +226,8 @@ TEXT = st.one_of(st.text(max_size=30), st.integers(-10**12, 10**12).map(str),
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(task=st.sampled_from(["build", "verify", "serve", "bench", "train", "clean"]), value=TEXT, other=TEXT)
+@given(task=st.sampled_from(["build", "build-settings", "verify", "serve", "bench", "train", "clean"]),
+       value=TEXT, other=TEXT)
 def test_any_option_value_ends_in_exit_0_or_one_line(task, value, other, tmp_path_factory):
     """Random values for each task's options. Where a value is valid the task still stops early
     and cheaply (a missing checkpoint, an empty output folder, a port in use), so every example
@@ -237,6 +238,8 @@ def test_any_option_value_ends_in_exit_0_or_one_line(task, value, other, tmp_pat
     blocker.write_text("a file where train's output folder would be")
     argv = {
         "build": ["build", f"--target={value}", f"--checkpoint={missing}", f"--out={out / 'o'}"],
+        "build-settings": ["build", "--target=onnx", f"--grid={value}", f"--top-k={other}",
+                           f"--checkpoint={missing}", f"--out={out / 'o'}"],
         "verify": ["verify", f"--out={out / value.replace('/', '_')}"],
         "serve": ["serve", f"--port={value}", f"--out={out}"],  # no web/ here: stops after the port check
         "bench": ["bench", f"--runs={value}", f"--out={out}"],
