@@ -28,6 +28,7 @@ class BenchCase:
     # run() returns its own milliseconds, measured where it ran (the page's performance.now()):
     # a browser call timed from Python would also count the automation round trip.
     self_timed: bool = False
+    max_batch: int | None = None  # the largest batch the artifact takes (ExecuTorch plans memory for one)
 
 
 def torch_cases(model) -> list[BenchCase]:
@@ -103,8 +104,9 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
             cases += targets[name].bench_cases(out, entry)
     rows = []
     for batch in batches:
-        log(f"bench: batch {batch}, {len(cases)} cases x {runs} interleaved rounds")
-        rows += rows_for(cases, time_cases(cases, heldout.inputs(0, batch), runs), batch)
+        fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
+        log(f"bench: batch {batch}, {len(fit)} cases x {runs} interleaved rounds")
+        rows += rows_for(fit, time_cases(fit, heldout.inputs(0, batch), runs), batch)
     result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256, "rows": rows}

@@ -86,6 +86,7 @@ def target_entry(stage, ckpt, program, by_name: dict) -> dict:
         "provenance": {
             "checkpoint_sha256": ckpt.sha256,
             "model": model_settings(ckpt.config),
+            "participatory_form": ckpt.model.participatory_scorer.form,
             "exported_program_sha256": program.sha256,
             "upstream": {
                 dep: _primary_sha(by_name.get(dep))
@@ -152,6 +153,8 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
             "path": program.path.relative_to(out).as_posix(),
             "sha256": program.sha256,
             "cache_key": program.cache_key,
+            # which exact form of the participatory head the program computes (model.py)
+            "participatory_form": ckpt.model.participatory_scorer.form,
         },
         "golden": golden.describe(),
         "toolchain": toolchain_versions(),

@@ -222,21 +222,62 @@ def perspectival_score(textures: torch.Tensor) -> torch.Tensor:
     return textures[:, CH_SOBEL_MAG]
 
 
-class ParticipatoryScorer(nn.Module):
-    """Participatory knowing: textures projected into query space, cosine with the query."""
+PARTICIPATORY_FORMS = ("direct", "reduced")
 
-    def __init__(self, cfg: ModelConfig):
+
+class ParticipatoryScorer(nn.Module):
+    """Participatory knowing: textures projected into query space, cosine with the query.
+
+    Two exact forms of the same score (the reference computes `direct`):
+      direct:  cos(q, W2 h + b2) with the D-wide projection of every patch (h = ReLU(W1 t + b1));
+      reduced: numerator (W2^T q^)·h + q^·b2 and squared norm h^T (W2^T W2) h + 2 (W2^T b2)·h + |b2|^2,
+               so per patch only 64-wide products remain (the D x 64 work happens once per query,
+               and W2^T W2, W2^T b2, |b2|^2 are constants of the checkpoint).
+    Equal in real arithmetic; in float32 within ~1e-6 (tests/test_reference.py holds both to the
+    oracle). `form` picks one; targets choose by measurement and the manifest records which.
+    """
+
+    def __init__(self, cfg: ModelConfig, form: str = "reduced"):
         super().__init__()
         self.texture_proj = nn.Sequential(
             nn.Conv2d(TEXTURE_CHANNELS, cfg.proj_hidden, kernel_size=1),
             nn.ReLU(),
             nn.Conv2d(cfg.proj_hidden, cfg.query_dim, kernel_size=1),
         )
+        self.form = form
+        # The reduced form's constants of the checkpoint, refreshed whenever weights are loaded.
+        for name, shape in (("gram", (cfg.proj_hidden, cfg.proj_hidden)), ("w2t_b2", (cfg.proj_hidden,)), ("b2_sq", ())):
+            self.register_buffer(name, torch.zeros(shape), persistent=False)
+        self.register_load_state_dict_post_hook(lambda module, keys: module.refresh_constants())
+        self.refresh_constants()
+
+    @torch.no_grad()
+    def refresh_constants(self) -> None:
+        w2, b2 = self.texture_proj[2].weight.flatten(1).double(), self.texture_proj[2].bias.double()
+        # accumulated in float64: these sums run over D (up to 2048) terms
+        self.gram.copy_(w2.t() @ w2)
+        self.w2t_b2.copy_(w2.t() @ b2)
+        self.b2_sq.copy_(b2 @ b2)
 
     def forward(self, textures: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-        feats = F.normalize(self.texture_proj(textures), dim=1)
-        q = F.normalize(query, dim=1)[:, :, None, None]
-        return ((feats * q).sum(dim=1) + 1.0) / 2.0
+        if self.form == "direct" or self.training:
+            feats = F.normalize(self.texture_proj(textures), dim=1)
+            q = F.normalize(query, dim=1)[:, :, None, None]
+            return ((feats * q).sum(dim=1) + 1.0) / 2.0
+        return (self._reduced_cosine(textures, query) + 1.0) / 2.0
+
+    def _reduced_cosine(self, textures: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        conv2 = self.texture_proj[2]
+        w2, b2 = conv2.weight.flatten(1), conv2.bias  # [D,64], [D]
+        h = self.texture_proj[1](self.texture_proj[0](textures)).flatten(2)  # [B,64,N]
+        q = F.normalize(query, dim=1)
+        a = q @ w2  # [B,64]: W2^T q^, one D x 64 product per query
+        # (q * b2).sum, not q @ b2: CoreML's matmul takes no 1-D operand
+        numerator = (a.unsqueeze(1) @ h).squeeze(1) + (q * b2).sum(dim=1, keepdim=True)  # [B,N]
+        sq_norm = ((self.gram @ h) * h).sum(dim=1) + 2.0 * (self.w2t_b2.unsqueeze(0) @ h).squeeze(1) + self.b2_sq
+        # F.normalize divides by max(norm, 1e-12): the same guard on the squared norm
+        cosine = numerator / sq_norm.clamp(min=0.0).sqrt().clamp(min=1e-12)
+        return cosine.reshape(textures.shape[0], textures.shape[2], textures.shape[3])
 
 
 class TensionBalancer(nn.Module):

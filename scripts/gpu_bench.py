@@ -2,6 +2,7 @@
 """GPU latency of the relevance model in PyTorch, for a CUDA machine with only torch + safetensors.
 
     python scripts/gpu_bench.py [--checkpoint checkpoints/arrcoc-v0.1-trained.safetensors]
+    python scripts/gpu_bench.py --reference-settings    # G=32, K=200, D=2048 (seeded weights)
 
 Measures batch 1 and 8 for three configurations: eager, torch.compile (default mode) and
 torch.compile(mode="reduce-overhead") (CUDA graphs). Each configuration runs in its OWN process:
@@ -25,17 +26,31 @@ sys.path.insert(0, str(REPO))
 CONFIGS = ("eager", "compile", "compile-reduce-overhead")
 
 
-def measure(config: str, checkpoint: Path, batch: int, runs: int) -> dict:
+def load_model(checkpoint: str):
+    """The checkpoint's model, or with "reference" a seeded model at arr-coc-0-1's own settings
+    (G=32, K=200, D=2048 as for Qwen3-VL-2B): latency does not depend on the weights' values."""
+    from pipeline.checkpoint import REFERENCE_SETTINGS, load_checkpoint
+    from pipeline.model import CELL, ModelConfig, build_model
+
+    if checkpoint == "reference":
+        grid = REFERENCE_SETTINGS["grid"]
+        cfg = ModelConfig(image_size=CELL * grid, grid=grid, top_k=REFERENCE_SETTINGS["top_k"], query_dim=2048)
+        return build_model(cfg, seed=0)
+    return load_checkpoint(checkpoint).model
+
+
+def measure(config: str, checkpoint: str, batch: int, runs: int, form: str) -> dict:
     import torch
 
-    from pipeline.checkpoint import load_checkpoint
-
-    model = load_checkpoint(checkpoint).model.cuda().eval()
+    model = load_model(checkpoint)
+    model.participatory_scorer.form = form
+    model = model.cuda().eval()
+    cfg = model.cfg
     if config != "eager":
         model = torch.compile(model, mode="reduce-overhead" if config.endswith("overhead") else None)
     g = torch.Generator(device="cuda").manual_seed(0)
-    image = torch.rand(batch, 3, 224, 224, device="cuda", generator=g)
-    query = torch.nn.functional.normalize(torch.randn(batch, 384, device="cuda", generator=g), dim=-1)
+    image = torch.rand(batch, 3, cfg.image_size, cfg.image_size, device="cuda", generator=g)
+    query = torch.nn.functional.normalize(torch.randn(batch, cfg.query_dim, device="cuda", generator=g), dim=-1)
     times = []
     with torch.no_grad():
         for i in range(runs + 20):  # 20 warm-up calls (compilation, CUDA graph capture)
@@ -46,7 +61,8 @@ def measure(config: str, checkpoint: Path, batch: int, runs: int) -> dict:
             if i >= 20:
                 times.append((time.perf_counter() - start) * 1e3)
     times.sort()
-    return {"config": config, "batch": batch, "median_ms": statistics.median(times),
+    return {"config": config, "batch": batch, "form": form, "grid": cfg.grid, "top_k": cfg.top_k,
+            "query_dim": cfg.query_dim, "median_ms": statistics.median(times),
             "p90_ms": times[int(0.9 * len(times)) - 1], "runs": runs,
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
 
@@ -54,24 +70,34 @@ def measure(config: str, checkpoint: Path, batch: int, runs: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", default=str(REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"))
+    ap.add_argument("--reference-settings", action="store_true",
+                    help="seeded model at G=32, K=200, D=2048 instead of --checkpoint")
+    ap.add_argument("--form", choices=("direct", "reduced"), default="reduced",
+                    help="participatory head form (pipeline/model.py ParticipatoryScorer)")
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--one", help=argparse.SUPPRESS)  # "config:batch", run in a child process
     args = ap.parse_args()
+    checkpoint = "reference" if args.reference_settings else args.checkpoint
     if args.one:
         config, batch = args.one.split(":")
-        print(json.dumps(measure(config, Path(args.checkpoint), int(batch), args.runs)))
+        print(json.dumps(measure(config, checkpoint, int(batch), args.runs, args.form)))
         return 0
     rows = []
     for batch in (1, 8):
         for config in CONFIGS:
             child = subprocess.run([sys.executable, __file__, "--checkpoint", args.checkpoint, "--runs",
-                                    str(args.runs), "--one", f"{config}:{batch}"], capture_output=True, text=True)
+                                    str(args.runs), "--form", args.form, "--one", f"{config}:{batch}"]
+                                   + (["--reference-settings"] if args.reference_settings else []),
+                                   capture_output=True, text=True)
             if child.returncode:
                 print(f"{config} batch {batch}: failed: {child.stderr.strip().splitlines()[-1:]}")
                 continue
             rows.append(json.loads(child.stdout.strip().splitlines()[-1]))
     eager = {r["batch"]: r["median_ms"] for r in rows if r["config"] == "eager"}
-    print(f"{rows[0]['gpu'] if rows else '?'}, torch {rows[0]['torch'] if rows else '?'}")
+    if rows:
+        r0 = rows[0]
+        print(f"{r0['gpu']}, torch {r0['torch']}; G={r0['grid']}, K={r0['top_k']}, D={r0['query_dim']}, "
+              f"participatory form {r0['form']}")
     print(f"{'config':<26}{'batch':>6}{'median ms':>11}{'p90 ms':>9}{'x eager':>9}")
     for r in rows:
         ratio = eager.get(r["batch"], float("nan")) / r["median_ms"]

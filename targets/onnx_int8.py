@@ -208,15 +208,17 @@ def measure(path: Path, split: GoldenSplit, tie_tolerance: float) -> dict:
     return metrics
 
 
-def select(ctx: BuildContext, fp32: Path, split: GoldenSplit, a16: bool) -> tuple[Path | None, dict | None, list[dict]]:
-    """Quantise with every candidate, measure on the calibration split, keep the best that passes."""
-    gate = int8_gate(fp32.stat().st_size)
+def select(ctx: BuildContext, fp32: Path, split: GoldenSplit, a16: bool,
+           budget_base: int | None = None) -> tuple[Path | None, dict | None, list[dict]]:
+    """Quantise with every candidate, measure on the calibration split, keep the best that passes.
+    budget_base: the bytes the size rule is a ratio of (the published FP32 artifact)."""
+    gate = int8_gate(budget_base or fp32.stat().st_size)
     learned = learned_weight_names(ctx)
     scratch = ctx.staging / ".candidates"
     scratch.mkdir(exist_ok=True)
     results, best = [], None
     for cand in CANDIDATES:
-        path = scratch / f"{cand.name}{'-a16' if a16 else ''}.onnx"
+        path = scratch / f"{fp32.stem}-{cand.name}{'-a16' if a16 else ''}.onnx"
         summary = quantize(fp32, path, split, cand, learned, a16)
         metrics = measure(path, split, gate.tie_tolerance)
         failures = gate.failures(metrics)
@@ -258,13 +260,7 @@ class OnnxInt8Target(Target):
         fp32_bytes = fp32.stat().st_size
         calibration = {"source": source, "count": len(split), "sha256": split.sha256, "method": CALIBRATION_METHOD,
                        "heldout_sha256": ctx.golden.heldout.sha256}
-        chosen, row, tried = select(ctx, fp32, split, a16=False)
-        flavour = "int8"
-        if chosen is None:
-            ctx.log("[onnx-int8] no INT8 candidate passes on the calibration split: trying A16W8")
-            chosen, row, tried16 = select(ctx, fp32, split, a16=True)
-            tried += tried16
-            flavour = "a16w8"
+        chosen, row, tried, flavour = select_form_and_flavour(ctx, fp32, split)
         if chosen is None:
             raise GateError(
                 "no quantisation candidate (INT8 or A16W8) passes the gate on the calibration split: "
@@ -276,7 +272,8 @@ class OnnxInt8Target(Target):
         _remove_tree(ctx.staging / ".candidates")
         quant_info = {
             "format": "QDQ", "per_channel": False, "activations": row["activations"], "weights": "int8",
-            "candidate": row["name"], "quantized_op_types": row["quantized_op_types"],
+            "candidate": row["name"], "participatory_form": row["participatory_form"],
+            "quantized_op_types": row["quantized_op_types"],
             "quantized_node_count": row["quantized_node_count"], "calibration": calibration,
             "candidates": tried, "fp32_onnx_bytes": fp32_bytes,
             "size_ratio_vs_fp32": round(model.stat().st_size / fp32_bytes, 4),
@@ -327,6 +324,39 @@ class OnnxInt8Target(Target):
     def bench_cases(self, out: Path, entry: dict) -> list:
         # every published flavour: the quantised .onnx and both .ort files, timed in onnxruntime
         return onnx_common.ort_bench_cases(out, entry, tuple(entry.get("variants", {})))
+
+
+def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
+    """INT8 before A16W8; within each, the exported program's participatory form first, then the
+    other exact form (model.py) exported just for this: the reduced head keeps W2^T W2 in float,
+    which can cost the size rule on a small D. Returns (path, row, every row tried, flavour)."""
+    fp32_bytes, tried = fp32.stat().st_size, []
+    forms = [(ctx.checkpoint.model.participatory_scorer.form, lambda: fp32)]
+    forms.append(("direct" if forms[0][0] == "reduced" else "reduced", lambda: other_form_fp32(ctx, forms[1][0])))
+    sources: dict[str, Path] = {}
+    for a16, flavour in ((False, "int8"), (True, "a16w8")):
+        for form, make in forms:
+            source = sources.setdefault(form, make())
+            chosen, row, rows = select(ctx, source, split, a16=a16, budget_base=fp32_bytes)
+            tried += [{**r, "participatory_form": form} for r in rows]
+            if chosen is not None:
+                return chosen, {**row, "participatory_form": form}, tried, flavour
+            ctx.log(f"[onnx-int8] no {flavour} candidate of the {form} form passes on the calibration split")
+    return None, None, tried, None
+
+
+def other_form_fp32(ctx: BuildContext, form: str) -> Path:
+    """The FP32 ONNX model of the checkpoint with the other participatory form (same weights)."""
+    import copy
+
+    from pipeline.export import export_program
+
+    model = copy.deepcopy(ctx.checkpoint.model)
+    model.participatory_scorer.form = form
+    scratch = ctx.staging / ".candidates"
+    scratch.mkdir(exist_ok=True)
+    ctx.log(f"[onnx-int8] exporting the {form}-form FP32 model to quantise")
+    return onnx_common.export_onnx(export_program(model, ctx.config), ctx.config, scratch / f"fp32-{form}.onnx", ctx.log)
 
 
 def upstream_fp32(ctx: BuildContext) -> Path:

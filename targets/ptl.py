@@ -38,13 +38,18 @@ def _quiet():
 
 
 def trace_to_ptl(model, cfg, path: Path) -> Path:
+    """Trace a copy whose parameters do not require grad: saved with requires_grad, every output
+    of the .ptl would require grad and an app would pay autograd bookkeeping on each call."""
+    import copy
+
     import torch
 
     from pipeline.export import example_inputs
 
+    frozen = copy.deepcopy(model).eval().requires_grad_(False)
     try:
         with _quiet(), torch.no_grad():
-            traced = torch.jit.trace(model.eval(), example_inputs(cfg, batch=2), check_trace=False)
+            traced = torch.jit.trace(frozen, example_inputs(cfg, batch=2), check_trace=False)
             traced._save_for_lite_interpreter(str(path))
     except Exception as exc:  # TorchScript raises many unrelated types
         raise ExportError(f"TorchScript trace failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
@@ -72,7 +77,7 @@ class PtlTarget(Target):
         budget = int(param_bytes(ctx.checkpoint.model) * 1.5) + 256 * 1024
         gate = Gate({**LOSSLESS.maxima, "size_bytes": budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
         info = {"format": "TorchScript lite interpreter (bytecode)", "traced_batch": 2,
-                "optimize_for_mobile": False, "deprecated": self.notes}
+                "optimize_for_mobile": False, "parameters_require_grad": False, "deprecated": self.notes}
         return [Variant("fp32", [path], gate, budget, primary=True, info=info)]
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
@@ -84,14 +89,33 @@ class PtlTarget(Target):
         return [f"loads in the lite interpreter; {len(ops)} root operators (for a selective LibTorch-Lite build)"]
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        return ptl_runner(variant.files[0])
+
+    def bench_cases(self, out: Path, entry: dict) -> list:
         import torch
 
-        module = _load(variant.files[0])
+        from pipeline.bench import BenchCase
 
-        def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            image, query = (torch.from_numpy(np.ascontiguousarray(inputs[k], dtype=np.float32)) for k in ("image", "query"))
-            with torch.no_grad(), _quiet():
-                outs = module(image, query)
-            return {name: out.numpy() for name, out in zip(OUTPUT_NAMES, outs)}
+        runner, default = ptl_runner(out / entry["variants"]["fp32"]["files"][0]), torch.get_num_threads()
+        cases = []
+        for threads in (1, default):
+            def run(inputs, n=threads):
+                torch.set_num_threads(n)
+                return runner.run(inputs)
+            cases.append(BenchCase(f"lite interpreter fp32 ({'1 thread' if threads == 1 else 'default threads'})",
+                                   run, 1 if threads == 1 else None))
+        return cases
 
-        return Runner(run, f"torch {torch.__version__} lite interpreter (torch.jit.mobile)")
+
+def ptl_runner(path: Path) -> Runner:
+    import torch
+
+    module = _load(path)
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        image, query = (torch.from_numpy(np.ascontiguousarray(inputs[k], dtype=np.float32)) for k in ("image", "query"))
+        with _quiet():  # no torch.no_grad(): called as an app calls it (its parameters need no grad)
+            outs = module(image, query)
+        return {name: out.numpy() for name, out in zip(OUTPUT_NAMES, outs)}
+
+    return Runner(run, f"torch {torch.__version__} lite interpreter (torch.jit.mobile)")

@@ -85,6 +85,27 @@ def test_forward_equals_the_reference_at_batch_1(checkpoint, grid, top_k):
     _assert_same_outputs(got, oracle, top_k)
 
 
+@pytest.mark.parametrize("form", ["direct", "reduced"])
+def test_both_participatory_forms_equal_the_reference(reference_checkpoint_path, form):
+    """The reduced head (64-wide products per patch) and the direct one (D-wide projection) both
+    compute the reference's score, at the reference's own scale (G=32, D=2048)."""
+    ckpt = load_checkpoint(reference_checkpoint_path)
+    ckpt.model.participatory_scorer.form = form
+    images, queries = _photos(ckpt.config, count=6)
+    got, oracle = _model_and_oracle(ckpt, images, queries)
+    _assert_same_outputs(got, oracle, ckpt.config.top_k)
+
+
+def test_reduced_constants_follow_loaded_weights(loaded):
+    """W2^T W2 and friends are recomputed whenever weights are loaded, never stale."""
+    from pipeline.model import build_model
+
+    fresh = build_model(loaded.config, seed=123)
+    fresh.load_state_dict(loaded.model.state_dict())
+    w2 = loaded.model.participatory_scorer.texture_proj[2].weight.flatten(1).double()
+    torch.testing.assert_close(fresh.participatory_scorer.gram.double(), w2.t() @ w2, rtol=1e-6, atol=1e-5)
+
+
 def test_reference_layout_defaults_to_the_reference_settings(reference_checkpoint_path):
     cfg = load_checkpoint(reference_checkpoint_path).config
     assert (cfg.grid, cfg.top_k, cfg.image_size, cfg.query_dim) == (32, 200, 512, 2048)
