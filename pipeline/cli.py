@@ -187,6 +187,32 @@ def on_disk(root: Path, name: str) -> set[str]:
     return found
 
 
+def merge(parts: str | None, out: str | None, checkpoint: str | None = None, verbose: bool = False) -> int:
+    """`invoke merge`: join published folders of one checkpoint (built on several hosts) into one."""
+    return guarded(lambda: _merge(parts, out, checkpoint), verbose)
+
+
+def _merge(parts, out, checkpoint) -> int:
+    folders = opts.part_folders(parts)
+    root = Path(out) if out else DEFAULT_OUT
+    ckpt = opts.existing_file("checkpoint", checkpoint) if checkpoint is not None else None
+    from .merge import run_merge
+
+    data = run_merge(folders, root, ckpt, DEFAULT_CHECKPOINT, log=lambda m: print(m, flush=True))
+    rows = [[name, e.get("status"), e["merge"]["from_part"], _host_cell(e["merge"]["built_and_verified_on"])]
+            for name, e in data["targets"].items()]
+    print()
+    print(format_table(rows, header=("target", "status", "from part", "built and verified on")))
+    same = "identical" if data["merge"]["exported_program_reproducible"] else "DIFFERENT (not reproducible)"
+    print(f"\n{len(rows)} target(s) from {len(folders)} parts; .pt2 across parts: {same}; "
+          f"manifest: {root / 'manifest.json'}")
+    return 0
+
+
+def _host_cell(host: dict) -> str:
+    return f"{host.get('os')} {host.get('machine')}, Python {host.get('python')}"
+
+
 def clean(out: str | None, verbose: bool = False) -> int:
     """`invoke clean`: remove what builds wrote (never anything else in the folder)."""
     return guarded(lambda: _clean(Path(out) if out else DEFAULT_OUT), verbose)
