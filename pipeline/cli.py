@@ -119,15 +119,21 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
         options = {**options, "calibration_dir": opts.existing_folder("calibration", options["calibration_dir"])}
     options = {**options, "grid": parse_setting("grid", options.get("grid")),
                "top_k": parse_setting("top-k", options.get("top_k"))}
-    result = run_build(
-        requested,
-        target_table.TARGETS,
-        Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
-        Path(out) if out else DEFAULT_OUT,
-        log=lambda msg: print(msg, flush=True),
-        strict=names != ["all"],
-        options=options,
-    )
+    from .console import LOG_NAME, build_console
+
+    root = Path(out) if out else DEFAULT_OUT
+    with build_console(root, verbose) as console:
+        result = run_build(
+            requested,
+            target_table.TARGETS,
+            Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
+            root,
+            log=console.log,
+            strict=names != ["all"],
+            options=options,
+        )
+    if not verbose:
+        print(f"third-party messages (warnings, converter output): {root / LOG_NAME}")
     print()
     print(format_table(summary_rows(result)))
     print_reasons(result)
@@ -234,7 +240,7 @@ def _clean(root: Path) -> int:
     links = [p.name for p in root.iterdir() if p.is_symlink() and os.readlink(p).startswith(publish.CURRENT + "/")]
     try:
         with publish.build_lock(root, lambda m: print(m, flush=True)):
-            for name in [*names, *links, publish.MANIFEST, *publish.REPORT_FILES, publish.CURRENT,
+            for name in [*names, *links, publish.MANIFEST, *publish.REPORT_FILES, "build.log", publish.CURRENT,
                          publish.GENERATIONS, publish.STAGING, ".cache"]:
                 if not publish.remove_tree(root / name):
                     raise OSError(f"{root / name} stays")
