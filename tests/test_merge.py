@@ -1,6 +1,7 @@
 """`invoke merge`: published folders built in separate processes and folders join into one publish.
 
-Two real parts (onnx in one, onnx-int8 with its onnx in the other) are built by the CLI. The
+Two real parts (onnx in one, onnx-int8 with its onnx in the other) are built by the CLI and
+packed by scripts/pack_part.sh as the CI workflow uploads them. The
 refusal and conflict cases start from copies of those parts: one built for real from another
 checkpoint, the others with one edited manifest field or file (what a part from another model
 or a non-reproducible build would carry), so each case stays seconds, not another build.
@@ -12,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,20 +56,26 @@ def parts(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def merged(parts, tmp_path_factory) -> Path:
+def packed(parts, tmp_path_factory) -> tuple[Path, Path]:
+    """The parts as CI jobs upload them: plain files, no symlinks."""
+    root = tmp_path_factory.mktemp("packed")
+    return copy_part(parts[0], root / "linux"), copy_part(parts[1], root / "macos")
+
+
+@pytest.fixture(scope="module")
+def merged(packed, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("merged") / "out"
-    proc = merge(out, *parts)
+    proc = merge(out, *packed)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return out
 
 
 def copy_part(src: Path, dest: Path, edit=None) -> Path:
-    """The public paths as real files, plus .cache: what a CI job uploads (`cp -rL`)."""
-    dest.mkdir()
-    for p in src.iterdir():
-        if p.name.startswith(".") and p.name != ".cache":
-            continue
-        (shutil.copytree if p.is_dir() else shutil.copy2)(p, dest / p.name)
+    """What a CI job uploads: scripts/pack_part.sh (the workflow's own packing step)."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "pack_part.sh"), str(src), str(dest)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not [p for p in dest.rglob("*") if p.is_symlink()]
     if edit:
         data = load(dest)
         edit(data, dest)
@@ -75,8 +83,8 @@ def copy_part(src: Path, dest: Path, edit=None) -> Path:
     return dest
 
 
-def test_merge_keeps_each_target_with_its_host_and_parity(parts, merged):
-    a, b = parts
+def test_merge_keeps_each_target_with_its_host_and_parity(packed, merged):
+    a, b = packed
     m = load(merged)
     assert set(m["targets"]) == {"onnx", "onnx-int8"}
     assert m["checkpoint"]["sha256"] == load(a)["checkpoint"]["sha256"] == load(b)["checkpoint"]["sha256"]
