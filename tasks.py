@@ -45,6 +45,17 @@ def verify(c, out=None, verbose=False):
     _exit(cli.verify(out, verbose))
 
 
+@task(help={"parts": "published folders to join, comma-separated (built from one checkpoint, e.g. on several hosts)",
+            "out": "output folder; default: artifacts/",
+            "checkpoint": "the parts' checkpoint, only to draw the report's maps (default: the path they recorded)",
+            "verbose": VERBOSE})
+def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
+    """Join published folders built from one checkpoint into one published folder and manifest."""
+    from pipeline import cli
+
+    _exit(cli.merge(parts, out, checkpoint, verbose))
+
+
 @task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)",
             "verbose": VERBOSE})
 def serve(c, out=None, port=None, verbose=False):

@@ -119,15 +119,21 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
         options = {**options, "calibration_dir": opts.existing_folder("calibration", options["calibration_dir"])}
     options = {**options, "grid": parse_setting("grid", options.get("grid")),
                "top_k": parse_setting("top-k", options.get("top_k"))}
-    result = run_build(
-        requested,
-        target_table.TARGETS,
-        Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
-        Path(out) if out else DEFAULT_OUT,
-        log=lambda msg: print(msg, flush=True),
-        strict=names != ["all"],
-        options=options,
-    )
+    from .console import LOG_NAME, build_console
+
+    root = Path(out) if out else DEFAULT_OUT
+    with build_console(root, verbose) as console:
+        result = run_build(
+            requested,
+            target_table.TARGETS,
+            Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
+            root,
+            log=console.log,
+            strict=names != ["all"],
+            options=options,
+        )
+    if not verbose:
+        print(f"third-party messages (warnings, converter output): {root / LOG_NAME}")
     print()
     print(format_table(summary_rows(result)))
     print_reasons(result)
@@ -187,6 +193,32 @@ def on_disk(root: Path, name: str) -> set[str]:
     return found
 
 
+def merge(parts: str | None, out: str | None, checkpoint: str | None = None, verbose: bool = False) -> int:
+    """`invoke merge`: join published folders of one checkpoint (built on several hosts) into one."""
+    return guarded(lambda: _merge(parts, out, checkpoint), verbose)
+
+
+def _merge(parts, out, checkpoint) -> int:
+    folders = opts.part_folders(parts)
+    root = Path(out) if out else DEFAULT_OUT
+    ckpt = opts.existing_file("checkpoint", checkpoint) if checkpoint is not None else None
+    from .merge import run_merge
+
+    data = run_merge(folders, root, ckpt, DEFAULT_CHECKPOINT, log=lambda m: print(m, flush=True))
+    rows = [[name, e.get("status"), e["merge"]["from_part"], _host_cell(e["merge"]["built_and_verified_on"])]
+            for name, e in data["targets"].items()]
+    print()
+    print(format_table(rows, header=("target", "status", "from part", "built and verified on")))
+    same = "identical" if data["merge"]["exported_program_reproducible"] else "DIFFERENT (not reproducible)"
+    print(f"\n{len(rows)} target(s) from {len(folders)} parts; .pt2 across parts: {same}; "
+          f"manifest: {root / 'manifest.json'}")
+    return 0
+
+
+def _host_cell(host: dict) -> str:
+    return f"{host.get('os')} {host.get('machine')}, Python {host.get('python')}"
+
+
 def clean(out: str | None, verbose: bool = False) -> int:
     """`invoke clean`: remove what builds wrote (never anything else in the folder)."""
     return guarded(lambda: _clean(Path(out) if out else DEFAULT_OUT), verbose)
@@ -208,7 +240,7 @@ def _clean(root: Path) -> int:
     links = [p.name for p in root.iterdir() if p.is_symlink() and os.readlink(p).startswith(publish.CURRENT + "/")]
     try:
         with publish.build_lock(root, lambda m: print(m, flush=True)):
-            for name in [*names, *links, publish.MANIFEST, *publish.REPORT_FILES, publish.CURRENT,
+            for name in [*names, *links, publish.MANIFEST, *publish.REPORT_FILES, "build.log", publish.CURRENT,
                          publish.GENERATIONS, publish.STAGING, ".cache"]:
                 if not publish.remove_tree(root / name):
                     raise OSError(f"{root / name} stays")

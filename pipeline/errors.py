@@ -62,6 +62,12 @@ class OutputDirError(ArrcocError):
     kind = "output error"
 
 
+class MergeError(ArrcocError):
+    """Parts that cannot be joined into one publish: another checkpoint or settings, or a conflict."""
+
+    kind = "merge error"
+
+
 class InputError(ArrcocError):
     """Bad user input other than the checkpoint (images, calibration data, target names)."""
 

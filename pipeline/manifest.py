@@ -30,6 +30,12 @@ def toolchain_versions() -> dict[str, str]:
     return versions
 
 
+def host_info() -> dict[str, str]:
+    """The host that built and verified this manifest's targets (a merge keeps it per target)."""
+    return {"os": platform.system(), "os_release": platform.release(), "machine": platform.machine(),
+            "python": platform.python_version()}
+
+
 def file_entries(paths: list[Path], staging: Path, target: str) -> list[dict]:
     """Files as they will be published: path relative to the out dir, bytes, sha256."""
     out = []
@@ -159,6 +165,7 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
         "golden": golden.describe(),
         "toolchain": toolchain_versions(),
         "host": f"{platform.system()} {platform.machine()}",
+        "host_info": host_info(),
         "targets": dict(sorted(targets.items())),
     }
 

@@ -49,6 +49,26 @@ def existing_folder(name: str, value: str) -> Path:
     return path
 
 
+def existing_file(name: str, value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise InputError(f"--{name} {_shown(value)} is not a file", f"pass --{name} with an existing file")
+    return path
+
+
+def part_folders(text: str | None) -> list[Path]:
+    """`--parts a,b` -> existing, distinct folders; checked before anything is read or written."""
+    names = [t.strip() for t in (text or "").split(",") if t.strip()]
+    if not names:
+        raise InputError(f"no folder named in --parts {_shown(text or '')}",
+                         "name the published folders to merge, comma-separated (e.g. --parts linux,macos)")
+    folders = [existing_folder("parts", n) for n in names]
+    resolved = [f.resolve() for f in folders]
+    if len(set(resolved)) != len(resolved):
+        raise InputError(f"--parts names one folder twice ({_shown(text)})", "name each part once")
+    return folders
+
+
 def writable_file(name: str, value: str) -> Path:
     """A file we may create: its folder exists (or can be made) and is writable; never a folder."""
     path = Path(value)

@@ -70,9 +70,10 @@ def load_outputs(out: Path, manifest: dict) -> list[dict]:
     return runs
 
 
-def write_report(out: Path, heldout: GoldenSplit, log=print, dest: Path | None = None) -> tuple[Path, Path]:
+def write_report(out: Path, heldout: GoldenSplit | None, log=print, dest: Path | None = None) -> tuple[Path, Path]:
     """Render report.html and REPORT.md from the manifest in `dest` (default: OUT's published one);
-    both replaced atomically in `dest`. A build passes its new generation folder before the switch."""
+    both replaced atomically in `dest`. A build passes its new generation folder before the switch.
+    heldout None (a merge without the checkpoint at hand): no pictures, and the page says why."""
     from .publish import current_generation
 
     dest = dest or current_generation(out) or out  # OUT/report.html links into the current generation
@@ -240,7 +241,7 @@ td,th{border:1px solid #ccc;padding:3px 7px;font-size:12px;vertical-align:top}th
 .pass{color:#17692e}.fail{color:#b00020;font-weight:600}img{max-width:100%}code{font-size:12px}"""
 
 
-def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: GoldenSplit) -> str:
+def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: GoldenSplit | None) -> str:
     rows = variant_rows(manifest)
     onnx = manifest.get("targets", {}).get("onnx", {})
     parts = [
@@ -264,7 +265,24 @@ def _header(m: dict) -> str:
     return (f"<p>Checkpoint <code>{html.escape(str(ckpt.get('path')))}</code> sha256 <code>{ckpt.get('sha256', '')[:16]}…</code> "
             f"{html.escape(trained)}<br>Exported program <code>{html.escape(str(m.get('exported_program', {}).get('path')))}</code>"
             f"<br>Host {html.escape(str(m.get('host')))}; toolchain: {html.escape(tool)}"
-            f"<br>Report written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>")
+            f"<br>Report written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>{_merge_header(m)}")
+
+
+def _merge_header(m: dict) -> str:
+    """A merged manifest: which part (host) each target came from, and whether the .pt2 matched."""
+    merge = m.get("merge")
+    if not merge:
+        return ""
+    rows = "".join(f"<li><code>{html.escape(p['path'])}</code> on {html.escape(_host_text(p.get('host') or {}))}: "
+                   f"{html.escape(', '.join(p.get('targets', [])) or 'nothing kept')}; .pt2 sha256 "
+                   f"<code>{str(p.get('exported_program_sha256'))[:16]}…</code></li>" for p in merge.get("parts", []))
+    return (f"<p>Merged {html.escape(str(merge.get('merged_at')))} from {len(merge.get('parts', []))} parts "
+            f"(exported program {'reproducible' if merge.get('exported_program_reproducible') else 'NOT reproducible'}: "
+            f"{html.escape(str(merge.get('exported_program_note')))}):</p><ul>{rows}</ul>")
+
+
+def _host_text(host: dict) -> str:
+    return f"{host.get('os', '?')} {host.get('machine', '?')}, Python {host.get('python', '?')}"
 
 
 def _status_table(m: dict) -> str:
@@ -272,6 +290,8 @@ def _status_table(m: dict) -> str:
     for name, e in m.get("targets", {}).items():
         files = "<br>".join(f"{html.escape(f['path'])} ({fmt_bytes(f['bytes'])})" for f in e.get("files", []))
         note = " ".join(x for x in (e.get("reason"), e.get("notes")) if x)
+        if e.get("merge"):
+            note += f" Built and verified on {_host_text(e['merge'].get('built_and_verified_on') or {})}."
         out.append(f"<tr data-target='{html.escape(name)}'><td>{html.escape(name)}</td>"
                    f"<td class='{e.get('status')}' data-field='status'>{e.get('status')}</td>"
                    f"<td>{html.escape(note)}</td><td>{files}</td></tr>")
@@ -319,11 +339,18 @@ def _bench_table(bench: dict | None) -> str:
     return "".join(out) + "</table>"
 
 
-def _pictures(heldout: GoldenSplit, runs: list[dict], manifest: dict) -> str:
+def _pictures(heldout: GoldenSplit | None, runs: list[dict], manifest: dict) -> str:
     not_run = [f"{r['target']} {r['variant']}" for r in variant_rows(manifest)
                if not any(x["target"] == r["target"] and x["variant"] == r["variant"] for x in runs)]
+    if heldout is None:
+        return ("<p>No maps: the checkpoint these artifacts were built from was not at hand when this report "
+                "was written (a merge draws them when given <code>--checkpoint</code>).</p>")
     parts = ["<p>Heatmap: relevance (0 dark, 1 bright); green squares: the top-K patches. "
              "Each panel's caption gives its top-K overlap with eager PyTorch on that photo.</p>"]
+    missing = (manifest.get("merge") or {}).get("missing_outputs")
+    if missing:
+        parts.append(f"<p>Saved outputs missing from their merged part (uploaded without <code>.cache/report</code>): "
+                     f"{html.escape(', '.join(missing))}</p>")
     if not_run:
         parts.append(f"<p>No maps (runtime not run on this host, or not rebuilt since the checkpoint changed): "
                      f"{html.escape(', '.join(not_run))}</p>")

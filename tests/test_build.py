@@ -28,9 +28,9 @@ def snapshot(out: Path) -> dict[str, str]:
     .cache, .lock, .staging or the generations behind the links."""
     files = {}
     for folder, dirs, names in os.walk(out, followlinks=True):
-        if Path(folder) == out:
+        if Path(folder) == out:  # build.log: the last builds' third-party output, never published
             dirs[:] = [d for d in dirs if not d.startswith(".")]
-            names = [n for n in names if not n.startswith(".")]
+            names = [n for n in names if not n.startswith(".") and n != "build.log"]
         for name in names:
             p = Path(folder, name)
             if not p.exists():

@@ -1,0 +1,298 @@
+"""Join published folders built from one checkpoint on different hosts into one publish.
+
+Some runtimes exist only on some hosts (CoreML on macOS, TensorRT on a supported GPU), so one
+build can be split over several hosts (CI runners), each building and verifying what it can.
+`invoke merge --parts A,B --out DIR` joins their published folders:
+
+- every part must come from the same checkpoint (sha256) and model settings (G, K, D, input
+  size): anything else is refused before a byte is written;
+- a target present in several parts: `published` beats `unverified`; two published entries with
+  different files are a conflict (refused). Between unverified entries with different files, the
+  one built from the upstream entries the merge keeps wins, so the hash chain holds;
+- each target keeps its files, parity and gate, and records the host that built and verified it
+  and every part's `.pt2` sha256 (equal when the export was reproducible);
+- only the files a part's manifest lists are copied, each checked against its sha256;
+- the result goes through publish.publish under build_lock, like a build: one rename switches
+  it in, and an interrupted merge leaves the output folder as it was.
+"""
+from __future__ import annotations
+
+import platform
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import manifest as manifest_mod
+from . import publish
+from .checkpoint import sha256_file
+from .errors import BuildInterrupted, InputError, MergeError
+
+KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best first
+
+
+@dataclass
+class Part:
+    path: Path
+    manifest: dict
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    @property
+    def host(self) -> dict:
+        """OS, machine, Python and runtime versions of the host that wrote this part."""
+        m = self.manifest
+        info = dict(m.get("host_info") or {})
+        if not info:  # a manifest written before host_info: "System machine"
+            os_name, _, machine = str(m.get("host", "")).partition(" ")
+            info = {"os": os_name or "unknown", "machine": machine or "unknown"}
+        tools = dict(m.get("toolchain") or {})
+        info.setdefault("python", tools.get("python", "unknown"))
+        info["runtimes"] = {k: v for k, v in tools.items() if k != "python"}
+        return info
+
+    @property
+    def program_sha(self) -> str | None:
+        return (self.manifest.get("exported_program") or {}).get("sha256")
+
+
+def read_parts(paths: list[Path]) -> list[Part]:
+    parts = []
+    for path in paths:
+        data = publish.read_manifest(path)
+        if not data.get("targets"):
+            raise InputError(f"{path} holds no published manifest",
+                             "pass folders written by `invoke build` (their manifest.json lists targets)")
+        parts.append(Part(path, data))
+    return parts
+
+
+def check_same_build(parts: list[Part]) -> None:
+    """Refuse parts of another checkpoint or other settings: their artifacts are other models."""
+    first = parts[0]
+    for part in parts[1:]:
+        a, b = first.manifest.get("checkpoint", {}), part.manifest.get("checkpoint", {})
+        if a.get("sha256") != b.get("sha256"):
+            raise MergeError(
+                f"{part.label} was built from checkpoint {str(b.get('sha256'))[:12]}, "
+                f"{first.label} from {str(a.get('sha256'))[:12]}",
+                "merge only parts built from the same checkpoint file")
+        if a.get("model") != b.get("model"):
+            raise MergeError(
+                f"{part.label} was built with model settings {_settings(b)}, {first.label} with {_settings(a)}",
+                "build every part with the same --grid and --top-k")
+
+
+def _settings(ckpt: dict) -> str:
+    m = ckpt.get("model") or {}
+    return f"G={m.get('grid')} K={m.get('top_k')} D={m.get('query_dim')} {m.get('input_size')}px"
+
+
+def _files(entry: dict) -> list[tuple[str, str]]:
+    return sorted((f["path"], f["sha256"]) for f in entry.get("files", []))
+
+
+def _dependency_order(candidates: dict[str, list]) -> list[str]:
+    """Target names with the targets they were built from first (from provenance.upstream)."""
+    order: list[str] = []
+
+    def visit(name: str, trail: tuple = ()) -> None:
+        if name in order or name in trail or name not in candidates:
+            return
+        for _, entry in candidates[name]:
+            for dep in (entry.get("provenance") or {}).get("upstream", {}):
+                visit(dep, trail + (name,))
+        order.append(name)
+
+    for name in sorted(candidates):
+        visit(name)
+    return order
+
+
+def _chain_holds(entry: dict, chosen: dict) -> bool:
+    """Every upstream hash this entry was built from is a file of the entry the merge keeps."""
+    for dep, sha in ((entry.get("provenance") or {}).get("upstream") or {}).items():
+        if dep in chosen and sha not in {s for _, s in _files(chosen[dep][1])}:
+            return False
+    return True
+
+
+def choose(parts: list[Part]) -> dict[str, tuple[Part, dict]]:
+    """The entry each target keeps, as (part, entry). Raises MergeError on a conflict."""
+    sha = parts[0].manifest["checkpoint"].get("sha256")
+    candidates: dict[str, list] = {}
+    for part in parts:
+        for name, entry in part.manifest.get("targets", {}).items():
+            if entry.get("status") in KEPT and (entry.get("provenance") or {}).get("checkpoint_sha256") == sha:
+                candidates.setdefault(name, []).append((part, entry))
+    chosen: dict[str, tuple[Part, dict]] = {}
+    for name in _dependency_order(candidates):
+        best = max(KEPT[e["status"]] for _, e in candidates[name])
+        top = [(p, e) for p, e in candidates[name] if KEPT[e["status"]] == best]
+        if best == KEPT["published"]:
+            differ = [p for p, e in top if _files(e) != _files(top[0][1])]
+            if differ:
+                raise MergeError(
+                    f"target {name} is published in {top[0][0].label} and {differ[0].label} with different files",
+                    f"keep {name} in one part only (build it on one host), or rebuild both parts from one export")
+        consistent = [(p, e) for p, e in top if _chain_holds(e, chosen)]
+        if not consistent:
+            p, e = top[0]
+            raise MergeError(
+                f"target {name} in {p.label} was built from upstream files that the merge does not keep "
+                f"({', '.join((e.get('provenance') or {}).get('upstream', {}))})",
+                f"build {name} in the same part as what it is built from")
+        chosen[name] = consistent[0]
+    return chosen
+
+
+def merged_entry(name: str, part: Part, entry: dict, parts: list[Part]) -> dict:
+    others = []
+    for other in parts:
+        e = other.manifest.get("targets", {}).get(name)
+        if other is part or not e:
+            continue
+        others.append({"part": other.label, "status": e.get("status"), "same_files": _files(e) == _files(entry),
+                       "host": other.host})
+    return {**entry, "merge": {
+        "from_part": part.label,
+        "built_and_verified_on": part.host,
+        "exported_program_sha256_by_part": {p.label: p.program_sha for p in parts},
+        "other_parts": others,
+    }}
+
+
+def merged_manifest(parts: list[Part], chosen: dict) -> dict:
+    first = parts[0].manifest
+    shas = {p.program_sha for p in parts}
+    reproducible = len(shas) == 1
+    return {
+        **{k: first[k] for k in ("schema", "checkpoint", "exported_program", "golden", "toolchain") if k in first},
+        "host": f"merged from {len(parts)} parts",
+        "host_info": manifest_mod.host_info(),
+        "merge": {
+            "merged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "merged_on": f"{platform.system()} {platform.machine()}",
+            "exported_program_reproducible": reproducible,
+            "exported_program_note": ("every part exported the same .pt2 (equal sha256)" if reproducible else
+                                      "the parts' .pt2 files differ (the saved torch.export archive is not "
+                                      "byte-reproducible, even between two exports on one host); each target "
+                                      "records the .pt2 it was built from under provenance"),
+            "parts": [{"path": p.label, "host": p.host, "exported_program_sha256": p.program_sha,
+                       "targets": sorted(n for n, (q, _) in chosen.items() if q is p)} for p in parts],
+        },
+        "targets": {name: merged_entry(name, p, e, parts) for name, (p, e) in sorted(chosen.items())},
+    }
+
+
+def stage(chosen: dict, run_dir: Path) -> dict[str, Path]:
+    """Copy exactly the files each kept entry lists, checking each against its sha256."""
+    staged = {}
+    for name, (part, entry) in chosen.items():
+        folder = run_dir / name
+        folder.mkdir()
+        for f in entry.get("files", []):
+            src, dest = part.path / f["path"], run_dir / f["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not src.is_file():
+                raise MergeError(f"{src} is listed in {part.label}'s manifest but missing",
+                                 f"run `invoke verify --out {part.label}` and rebuild that part")
+            shutil.copy2(src, dest)
+            if dest.stat().st_size != f["bytes"] or sha256_file(dest) != f["sha256"]:
+                raise MergeError(f"{src} differs from {part.label}'s manifest (bytes or sha256)",
+                                 f"run `invoke verify --out {part.label}` and rebuild that part")
+        staged[name] = folder
+    return staged
+
+
+def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[str]:
+    """The first part's .pt2 and each kept variant's saved held-out outputs (for the report's
+    maps), into OUT/.cache like a build keeps them. Returns the variants whose outputs are missing
+    (a part uploaded without its .cache): the report says so."""
+    from .report import outputs_dir
+
+    program = (parts[0].manifest.get("exported_program") or {}).get("path")
+    if program and (parts[0].path / program).is_file() and not (out / program).exists():
+        (out / program).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(parts[0].path / program, out / program)
+    missing = []
+    for name, (part, entry) in chosen.items():
+        for variant in entry.get("variants", {}):
+            src = outputs_dir(part.path) / f"{name}.{variant}.npz"
+            if src.is_file():
+                outputs_dir(out).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, outputs_dir(out) / src.name)
+            else:
+                missing.append(f"{name} {variant} ({part.label})")
+    if missing:
+        log(f"note: no saved outputs for {', '.join(missing)}: the report shows no maps for them")
+    return missing
+
+
+def heldout_for(manifest: dict, checkpoints: list[Path], explicit: bool, log=print):
+    """The held-out split for the report's pictures, from the checkpoint the parts were built
+    from. Without that file at hand the report has no pictures and says why (None); a
+    --checkpoint of another model is refused, before anything is written."""
+    from .checkpoint import load_checkpoint
+    from .golden import build_golden_set
+
+    ckpt = manifest["checkpoint"]
+    path = next((p for p in checkpoints if p.is_file() and sha256_file(p) == ckpt.get("sha256")), None)
+    if path is None and explicit:
+        raise MergeError(f"--checkpoint {checkpoints[0]} is not the checkpoint the parts were built from "
+                         f"(sha256 {str(ckpt.get('sha256'))[:12]})", "pass that checkpoint, or leave --checkpoint out")
+    if path is None:
+        log(f"note: checkpoint {str(ckpt.get('sha256'))[:12]} not found: the report has no relevance maps "
+            "(pass --checkpoint to draw them)")
+        return None
+    model = ckpt.get("model") or {}
+    loaded = load_checkpoint(path, grid=model.get("grid"), top_k=model.get("top_k"))
+    return build_golden_set(loaded.model, loaded.config).heldout
+
+
+def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None, default_checkpoint: Path | None = None,
+              log=print) -> dict:
+    """Check every part, then publish the merged folder in one switch. Returns the manifest.
+    The checkpoint only draws the report's pictures: --checkpoint, else the path the parts
+    recorded, else `default_checkpoint`, whichever has the parts' sha256."""
+    parts = read_parts(part_paths)
+    check_same_build(parts)
+    chosen = choose(parts)
+    data = merged_manifest(parts, chosen)
+    candidates = [checkpoint] if checkpoint else [Path(str(data["checkpoint"].get("path"))), default_checkpoint]
+    heldout = heldout_for(data, [p for p in candidates if p], checkpoint is not None, log)
+    publish.prepare_out_dir(out)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with publish.build_lock(out, log):
+            publish.recover(out, publish.read_manifest(out), log)
+            run_dir = publish.new_staging(out)
+            try:
+                staged = stage(chosen, run_dir)
+                missing = copy_caches(parts, chosen, out, log)
+                if missing:
+                    data["merge"]["missing_outputs"] = missing
+                publish.publish(out, staged, data, write_extras=lambda gen: _write_report(out, gen, heldout, log),
+                                log=log)
+            finally:
+                publish.remove_tree(run_dir)
+    except KeyboardInterrupt as exc:
+        raise BuildInterrupted(f"merge interrupted ({exc or 'SIGINT'}); nothing was published",
+                               "the previously published folder is intact: run the merge again") from exc
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return data
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _write_report(out: Path, gen: Path, heldout, log) -> None:
+    from . import report
+
+    with report.never_fails(log):
+        report.write_report(out, heldout, log, dest=gen)

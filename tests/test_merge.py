@@ -1,0 +1,185 @@
+"""`invoke merge`: published folders built in separate processes and folders join into one publish.
+
+Two real parts (onnx in one, onnx-int8 with its onnx in the other) are built by the CLI and
+packed by scripts/pack_part.sh as the CI workflow uploads them. The
+refusal and conflict cases start from copies of those parts: one built for real from another
+checkpoint, the others with one edited manifest field or file (what a part from another model
+or a non-reproducible build would carry), so each case stays seconds, not another build.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+from test_build import snapshot
+
+pytestmark = pytest.mark.slow
+
+
+def tree(out: Path) -> dict[str, str]:
+    """Everything under out, hidden files and links included, byte for byte (links by target)."""
+    found = {}
+    for folder, dirs, names in os.walk(out):
+        for name in [*names, *[d for d in dirs if Path(folder, d).is_symlink()]]:
+            p = Path(folder, name)
+            rel = p.relative_to(out).as_posix()
+            found[rel] = "-> " + os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return dict(sorted(found.items()))
+
+
+def build(out: Path, target: str, *extra: str) -> Path:
+    proc = run_cli("build", "--target", target, "--out", str(out), *extra)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
+
+
+def merge(out: Path, *parts: Path, env: dict | None = None):
+    return run_cli("merge", "--parts", ",".join(map(str, parts)), "--out", str(out), env=env)
+
+
+def load(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("parts")
+    return build(root / "a", "onnx"), build(root / "b", "onnx-int8")
+
+
+@pytest.fixture(scope="module")
+def packed(parts, tmp_path_factory) -> tuple[Path, Path]:
+    """The parts as CI jobs upload them: plain files, no symlinks."""
+    root = tmp_path_factory.mktemp("packed")
+    return copy_part(parts[0], root / "linux"), copy_part(parts[1], root / "macos")
+
+
+@pytest.fixture(scope="module")
+def merged(packed, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("merged") / "out"
+    proc = merge(out, *packed)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
+
+
+def copy_part(src: Path, dest: Path, edit=None) -> Path:
+    """What a CI job uploads: scripts/pack_part.sh (the workflow's own packing step)."""
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "pack_part.sh"), str(src), str(dest)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not [p for p in dest.rglob("*") if p.is_symlink()]
+    if edit:
+        data = load(dest)
+        edit(data, dest)
+        (dest / "manifest.json").write_text(json.dumps(data))
+    return dest
+
+
+def test_merge_keeps_each_target_with_its_host_and_parity(packed, merged):
+    a, b = packed
+    m = load(merged)
+    assert set(m["targets"]) == {"onnx", "onnx-int8"}
+    assert m["checkpoint"]["sha256"] == load(a)["checkpoint"]["sha256"] == load(b)["checkpoint"]["sha256"]
+    for name, part in (("onnx", a), ("onnx-int8", b)):
+        entry, source = m["targets"][name], load(part)["targets"][name]
+        assert entry["status"] == "published" and entry["merge"]["from_part"] == str(part)
+        for key in ("files", "parity", "size", "variants", "provenance"):
+            assert entry[key] == source[key], key
+        host = entry["merge"]["built_and_verified_on"]
+        assert host["os"] and host["machine"] and host["python"] and "onnxruntime" in host["runtimes"]
+        assert entry["merge"]["exported_program_sha256_by_part"] == {
+            str(a): load(a)["exported_program"]["sha256"], str(b): load(b)["exported_program"]["sha256"]}
+    # onnx is in both parts with identical bytes: kept once, the other part recorded
+    assert m["targets"]["onnx"]["merge"]["other_parts"][0]["same_files"] is True
+    shas = {p["exported_program_sha256"] for p in m["merge"]["parts"]}
+    assert m["merge"]["exported_program_reproducible"] is (len(shas) == 1)
+    for f in m["targets"]["onnx-int8"]["files"]:
+        assert (merged / f["path"]).read_bytes() == (b / f["path"]).read_bytes()
+
+
+def test_verify_passes_on_the_merged_folder_and_report_is_regenerated(merged):
+    proc = run_cli("verify", "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "onnx-int8    published: 6 files checked" in proc.stdout
+    page = (merged / "report.html").read_text()
+    assert "Merged " in page and "from 2 parts" in page and "Built and verified on Linux" in page
+    assert page.count("data:image/png;base64,") >= 4  # sizes + three held-out photos with maps
+    assert (merged / "manifest.json").is_symlink() and (merged / "onnx").is_symlink()
+
+
+def test_parts_from_another_checkpoint_are_refused_and_nothing_is_written(parts, merged, tmp_path):
+    other = build(tmp_path / "other", "onnx", "--checkpoint", str(REPO / "checkpoints" / "arrcoc-v0.1-default.safetensors"))
+    before = tree(merged)
+    proc = merge(merged, parts[0], other)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("merge error: ") and "-> fix:" in proc.stderr
+    assert "checkpoint" in proc.stderr
+    assert tree(merged) == before
+    fresh = tmp_path / "never-made"
+    assert merge(fresh, parts[0], other).returncode == 2 and not fresh.exists()
+
+
+def test_parts_with_other_model_settings_are_refused(parts, merged, tmp_path):
+    def other_grid(data, dest):
+        data["checkpoint"]["model"] = {**data["checkpoint"]["model"], "grid": 32, "top_k": 200}
+
+    before = tree(merged)
+    proc = merge(merged, parts[0], copy_part(parts[1], tmp_path / "g32", other_grid))
+    assert proc.returncode == 2 and "G=32 K=200" in proc.stderr and "--grid" in proc.stderr
+    assert tree(merged) == before
+
+
+def test_two_published_entries_with_different_files_conflict(parts, merged, tmp_path):
+    def rebuilt_onnx(data, dest):  # what a non-reproducible converter gives: other bytes, also verified
+        model = dest / "onnx" / "model.onnx"
+        model.write_bytes(model.read_bytes() + b"\0")
+        f = next(f for f in data["targets"]["onnx"]["files"] if f["path"] == "onnx/model.onnx")
+        f["bytes"], f["sha256"] = model.stat().st_size, hashlib.sha256(model.read_bytes()).hexdigest()
+
+    before = tree(merged)
+    proc = merge(merged, parts[0], copy_part(parts[1], tmp_path / "c", rebuilt_onnx))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("merge error: target onnx is published in") and "different files" in proc.stderr
+    assert tree(merged) == before
+
+
+def test_published_beats_unverified_and_bad_bytes_are_refused(parts, tmp_path):
+    from pipeline.merge import choose, read_parts, stage
+    from pipeline.errors import MergeError
+
+    def unverified(data, dest):
+        data["targets"]["onnx"]["status"] = "unverified"
+
+    weak = copy_part(parts[1], tmp_path / "weak", unverified)
+    chosen = choose(read_parts([weak, parts[0]]))
+    assert chosen["onnx"][0].path == parts[0] and chosen["onnx-int8"][0].path == weak
+    (weak / "onnx-int8" / "model.int8.onnx").write_bytes(b"tampered")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(MergeError, match="differs from"):
+        stage(chosen, tmp_path / "run")
+
+
+@pytest.mark.parametrize("point,state", [(5, "old"), (6, "new")])
+def test_interrupted_merge_leaves_the_output_as_it_was(parts, merged, tmp_path, point, state):
+    out = tmp_path / "out"
+    shutil.copytree(parts[0], out, symlinks=True)  # a published onnx-only folder
+    before = snapshot(out)
+    proc = merge(out, *parts, env={"ARRCOC_TEST_KILL_AT": str(point)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert run_cli("verify", "--out", str(out)).returncode == 0
+    if state == "old":
+        assert snapshot(out) == before
+    else:
+        assert set(load(out)["targets"]) == {"onnx", "onnx-int8"}
+    proc = merge(out, *parts)  # the next merge tidies what the killed one left
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list((out / ".generations").iterdir())) == 1
+    assert run_cli("verify", "--out", str(out)).returncode == 0
