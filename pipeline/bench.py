@@ -109,7 +109,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
         rows += rows_for(fit, time_cases(fit, heldout.inputs(0, batch), runs), batch)
     result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
-              "checkpoint_sha256": ckpt.sha256, "rows": rows}
+              "checkpoint_sha256": ckpt.sha256, "rows": rows, "notes": form_notes(manifest)}
     from . import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
@@ -117,6 +117,21 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
         with report.never_fails(log):  # the report shows the latest latencies next to the parity
             report.write_report(out, heldout, log)
     return result
+
+
+def form_notes(manifest: dict) -> list[str]:
+    """One line per published variant that computes another participatory form than the exported
+    program (model.py's two exact forms): the usual reason a variant is slower than its FP32."""
+    program_form = (manifest.get("exported_program") or {}).get("participatory_form")
+    notes = []
+    for target, entry in manifest.get("targets", {}).items():
+        for name, variant in (entry.get("variants") or {}).items():
+            form = (variant.get("info") or {}).get("participatory_form")
+            if program_form and form and form != program_form:
+                notes.append(f"{target} {name} computes the {form} participatory form: its {program_form}-form "
+                             f"candidates failed the gate on the calibration split (see the manifest's candidates), "
+                             f"and the {form} form projects every patch into the query space, so it is slower")
+    return notes
 
 
 def format_rows(rows: list[dict]) -> str:

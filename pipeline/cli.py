@@ -265,6 +265,8 @@ def _bench(root: Path, runs: int) -> int:
     result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True))
     print()
     print(format_rows(result["rows"]))
+    for note in result.get("notes") or []:
+        print(f"note: {note}")
     print(f"\nmedian of {runs} interleaved rounds per case on {result['host']}; "
           f"x = torch eager median / this median at the same batch and threads; written to {root / 'bench.json'}")
     return 0

@@ -336,7 +336,8 @@ def _bench_table(bench: dict | None) -> str:
     for r in bench["rows"]:
         out.append("<tr>" + "".join(f"<td>{html.escape(fmt_metric(r.get(k)))}</td>"
                                     for k in ("case", "runtime", "batch", "threads", "median_ms", "p90_ms", "runs")) + "</tr>")
-    return "".join(out) + "</table>"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in bench.get("notes") or [])
+    return "".join(out) + "</table>" + (f"<ul>{notes}</ul>" if notes else "")
 
 
 def _pictures(heldout: GoldenSplit | None, runs: list[dict], manifest: dict) -> str:
@@ -376,4 +377,5 @@ def render_markdown(manifest: dict, bench: dict | None) -> str:
         lines += ["", "## Latency (latest `invoke bench`)", "", "| case | runtime | batch | threads | median ms |", "|---|---|---|---|---|"]
         lines += [f"| {r.get('case')} | {r.get('runtime')} | {r.get('batch')} | {r.get('threads')} | {fmt_metric(r.get('median_ms'))} |"
                   for r in bench["rows"]]
+        lines += [""] + [f"- {n}" for n in bench.get("notes") or []]
     return "\n".join(lines) + "\n"
