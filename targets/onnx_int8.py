@@ -52,12 +52,14 @@ class Candidate:
 
 
 # From most to least quantised; the selection measures all of them and keeps the best passing one.
+# The learned candidates include MatMul: the reduced participatory head reads W2 in a MatMul
+# (W2^T q, model.py); quantize_for() makes that weight an initializer the quantiser can see.
 CANDIDATES = (
     Candidate("all-ops", (), False),  # () = every op type the quantiser supports
     Candidate("conv-gemm-relu", ("Conv", "Gemm", "Relu"), False),
-    Candidate("learned-conv-gemm-relu", ("Conv", "Gemm", "Relu"), True),
-    Candidate("learned-conv-gemm-relu-float-conv-out", ("Conv", "Gemm", "Relu"), True, ("Conv",)),
-    Candidate("learned-gemm", ("Gemm",), True),
+    Candidate("learned-conv-gemm-relu", ("Conv", "Gemm", "MatMul", "Relu"), True),
+    Candidate("learned-conv-gemm-relu-float-conv-out", ("Conv", "Gemm", "MatMul", "Relu"), True, ("Conv",)),
+    Candidate("learned-gemm", ("Gemm", "MatMul"), True),
 )
 
 
@@ -326,17 +328,70 @@ class OnnxInt8Target(Target):
         return onnx_common.ort_bench_cases(out, entry, tuple(entry.get("variants", {})))
 
 
+def _constant(model, name: str):
+    """The value of `name` when it is an initializer, a Constant or a Concat of those; else None."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    node = producers.get(name)
+    if node is not None and node.op_type == "Constant" and node.attribute[0].name == "value":
+        return numpy_helper.to_array(node.attribute[0].t)
+    if node is not None and node.op_type == "Constant" and node.attribute[0].name == "value_ints":
+        return np.array(list(node.attribute[0].ints), np.int64)
+    if node is not None and node.op_type == "Concat":
+        parts = [_constant(model, i) for i in node.input]
+        return None if any(p is None for p in parts) else np.concatenate(parts, axis=node.attribute[0].i)
+    return None
+
+
+def quantize_for(fp32: Path, learned: set[str], dest: Path) -> Path:
+    """A copy of `fp32` where a learned weight read only through Reshape(weight, constant shape) is
+    stored reshaped under its own name: onnxruntime's quantiser quantises initializers, not the
+    output of a Reshape, so without this the 64->D weight of the reduced head stays float32."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(fp32))
+    inits = {t.name: t for t in model.graph.initializer}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            readers[i] = readers.get(i, 0) + 1
+    for node in [n for n in model.graph.node if n.op_type == "Reshape"]:
+        weight, shape = node.input[0], _constant(model, node.input[1])
+        if weight not in learned or weight not in inits or readers.get(weight) != 1 or shape is None:
+            continue
+        reshaped = numpy_helper.to_array(inits[weight]).reshape(shape)
+        model.graph.initializer.remove(inits[weight])
+        model.graph.initializer.append(numpy_helper.from_array(reshaped, weight))
+        for other in model.graph.node:
+            other.input[:] = [weight if i == node.output[0] else i for i in other.input]
+        model.graph.node.remove(node)
+        for infos in (model.graph.value_info, model.graph.input):  # shapes of the old 4-D weight
+            for info in [v for v in infos if v.name in (weight, node.output[0])]:
+                infos.remove(info)
+    onnx.save(model, str(dest))
+    return dest
+
+
 def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
     """INT8 before A16W8; within each, the exported program's participatory form first, then the
-    other exact form (model.py) exported just for this: the reduced head keeps W2^T W2 in float,
-    which can cost the size rule on a small D. Returns (path, row, every row tried, flavour)."""
+    other exact form (model.py) exported just for this: the reduced head keeps W2^T W2 (64 x 64) in
+    float, which can cost the size rule at a small D. Returns (path, row, every row tried, flavour)."""
     fp32_bytes, tried = fp32.stat().st_size, []
-    forms = [(ctx.checkpoint.model.participatory_scorer.form, lambda: fp32)]
-    forms.append(("direct" if forms[0][0] == "reduced" else "reduced", lambda: other_form_fp32(ctx, forms[1][0])))
+    (ctx.staging / ".candidates").mkdir(exist_ok=True)
+    visible = lambda path: quantize_for(path, learned_weight_names(ctx), ctx.staging / ".candidates" / f"q-{path.name}")  # noqa: E731
+    forms = [(ctx.checkpoint.model.participatory_scorer.form, lambda: visible(fp32))]
+    forms.append(("direct" if forms[0][0] == "reduced" else "reduced", lambda: visible(other_form_fp32(ctx, forms[1][0]))))
     sources: dict[str, Path] = {}
     for a16, flavour in ((False, "int8"), (True, "a16w8")):
         for form, make in forms:
-            source = sources.setdefault(form, make())
+            if form not in sources:
+                sources[form] = make()
+            source = sources[form]
             chosen, row, rows = select(ctx, source, split, a16=a16, budget_base=fp32_bytes)
             tried += [{**r, "participatory_form": form} for r in rows]
             if chosen is not None:
