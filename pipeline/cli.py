@@ -6,7 +6,7 @@ import traceback
 from pathlib import Path
 
 from . import options as opts
-from .errors import ArrcocError, SettingsError
+from .errors import ArrcocError
 
 REPO = Path(__file__).resolve().parent.parent
 # The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
@@ -88,21 +88,6 @@ def guarded(task, verbose: bool) -> int:
         return 1
 
 
-def parse_setting(name: str, value) -> int | None:
-    """--grid / --top-k from the command line: None, or a positive integer (SettingsError).
-    Whether G and K fit together and the checkpoint is checked by ModelConfig, after loading."""
-    if value is None:
-        return None
-    try:
-        number = int(str(value).strip(), 10)
-    except ValueError:
-        number = None
-    if number is None or number <= 0:
-        raise SettingsError(f"--{name} must be a positive integer, got {opts._shown(value)}",
-                            f"pass --{name} with a whole number, e.g. --grid 32 --top-k 200")
-    return number
-
-
 def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
     """`invoke build`: returns the process exit code."""
     return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose)
@@ -117,8 +102,8 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     requested = target_table.resolve(names)
     if options.get("calibration_dir") is not None:
         options = {**options, "calibration_dir": opts.existing_folder("calibration", options["calibration_dir"])}
-    options = {**options, "grid": parse_setting("grid", options.get("grid")),
-               "top_k": parse_setting("top-k", options.get("top_k"))}
+    options = {**options, "grid": opts.optional_positive("grid", options.get("grid")),
+               "top_k": opts.optional_positive("top-k", options.get("top_k"))}
     from .console import LOG_NAME, build_console
 
     root = Path(out) if out else DEFAULT_OUT

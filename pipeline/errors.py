@@ -29,12 +29,6 @@ class CheckpointError(ArrcocError):
     kind = "checkpoint error"
 
 
-class SettingsError(ArrcocError):
-    """Model settings asked for on the command line (--grid, --top-k) that cannot be built."""
-
-    kind = "settings error"
-
-
 class ExportError(ArrcocError):
     kind = "export error"
 
@@ -72,6 +66,12 @@ class InputError(ArrcocError):
     """Bad user input other than the checkpoint (images, calibration data, target names)."""
 
     kind = "input error"
+
+
+class SettingsError(InputError):
+    """Model settings asked for on the command line (--grid, --top-k) that cannot be built."""
+
+    kind = "settings error"
 
 
 class BuildInterrupted(ArrcocError):

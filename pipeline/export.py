@@ -71,6 +71,18 @@ def export_program(model: torch.nn.Module, cfg: model_module.ModelConfig) -> tor
         )
 
 
+def export_form(model: model_module.RelevanceModel, form: str) -> torch.export.ExportedProgram:
+    """The same weights exported with the other exact participatory form (model.py), for a target
+    whose own measurement needs it; the model itself is left as it was."""
+    import copy
+
+    if form not in model_module.PARTICIPATORY_FORMS:
+        raise ValueError(f"unknown participatory form {form!r}; one of {model_module.PARTICIPATORY_FORMS}")
+    variant = copy.deepcopy(model)
+    variant.participatory_scorer.form = form
+    return export_program(variant, variant.cfg)
+
+
 def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path) -> ExportedProgramFile:
     """Return the .pt2 for this checkpoint, exporting only when the cache has none."""
     key = export_key(ckpt)

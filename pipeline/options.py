@@ -29,6 +29,12 @@ def integer(name: str, value, low: int, high: int, default: int | None = None) -
     return number
 
 
+def optional_positive(name: str, value) -> int | None:
+    """An optional whole number >= 1 (e.g. --grid, --top-k): None when not given. Its upper bound
+    depends on other values (K <= G*G): ModelConfig checks that, after the checkpoint is read."""
+    return None if value is None else integer(name, value, 1, 2**31 - 1)
+
+
 def port(value) -> int:
     return integer("port", value, 1, 65535, default=8000)
 

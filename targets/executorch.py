@@ -100,8 +100,6 @@ def quantize_dynamic_int8(ctx: BuildContext):
     It quantises the DIRECT participatory form (model.py), exported for it: the reduced form reads
     the 64->D weight through a reshape the quantiser does not annotate, which left it float
     (measured: 247 KB instead of 151 KB, over half the FP32 file)."""
-    import copy
-
     import torch
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -110,12 +108,11 @@ def quantize_dynamic_int8(ctx: BuildContext):
     from torch.export import Dim
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from pipeline.export import MAX_BATCH, example_inputs, export_program
+    from pipeline.export import MAX_BATCH, example_inputs, export_form
 
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
-    model = copy.deepcopy(ctx.checkpoint.model)
-    model.participatory_scorer.form = INT8_FORM
-    prepared = prepare_pt2e(export_program(model, ctx.config).module(), XNNPACKQuantizer().set_global(config))
+    program = export_form(ctx.checkpoint.model, INT8_FORM)
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(config))
     # Dynamic quantisation needs no calibration statistics; one pass on the calibration split
     # (never the held-out one) runs the observers once, as PT2E expects.
     cal = ctx.golden.calibration

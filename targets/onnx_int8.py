@@ -402,16 +402,13 @@ def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
 
 def other_form_fp32(ctx: BuildContext, form: str) -> Path:
     """The FP32 ONNX model of the checkpoint with the other participatory form (same weights)."""
-    import copy
+    from pipeline.export import export_form
 
-    from pipeline.export import export_program
-
-    model = copy.deepcopy(ctx.checkpoint.model)
-    model.participatory_scorer.form = form
     scratch = ctx.staging / ".candidates"
     scratch.mkdir(exist_ok=True)
     ctx.log(f"[onnx-int8] exporting the {form}-form FP32 model to quantise")
-    return onnx_common.export_onnx(export_program(model, ctx.config), ctx.config, scratch / f"fp32-{form}.onnx", ctx.log)
+    program = export_form(ctx.checkpoint.model, form)
+    return onnx_common.export_onnx(program, ctx.config, scratch / f"fp32-{form}.onnx", ctx.log)
 
 
 def upstream_fp32(ctx: BuildContext) -> Path:

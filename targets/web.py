@@ -453,6 +453,9 @@ class WebTarget(Target):
             why = ctx.upstream["onnx-int8"].reason if "onnx-int8" in ctx.upstream else "it was not built (int8 extra missing)"
             note = f"INT8 model not included: the onnx-int8 stage did not publish ({why})."
             ctx.log(f"[web] {note}")
+        ctx.log("[web] sample photos, preset query embeddings, self-check bundle")
+        samples = write_samples(site)
+        presets = write_presets(site, ctx.config, ctx.golden.heldout)
         text, text_note = upstream_text_encoder(ctx)
         text_files: list[Path] = []
         if text is not None:
@@ -460,14 +463,9 @@ class WebTarget(Target):
             (site / "tokenizer").mkdir()
             text_files = [Path(shutil.copy2(text["model"], site / "models" / "text_encoder.int8.onnx")),
                           Path(shutil.copy2(text["vocab"], site / "tokenizer" / "vocab.txt"))]
-        else:
-            text_note = f"Free-text queries are off in this build, presets only: {text_note}."
-            ctx.log(f"[web] {text_note}")
-        ctx.log("[web] sample photos, preset query embeddings, self-check bundle")
-        samples = write_samples(site)
-        presets = write_presets(site, ctx.config, ctx.golden.heldout)
-        if presets["note"]:
-            text_note = presets["note"][0].upper() + presets["note"][1:] + "."
+        else:  # no encoder of the checkpoint's width says more than "the stage did not publish"
+            why = presets["note"] or f"Free-text queries are off in this build, presets only: {text_note}"
+            text_note = why[0].upper() + why[1:] + "."
             ctx.log(f"[web] {text_note}")
         selfcheck = write_selfcheck(site, ctx, models)
         config = self._config(ctx, models, samples, note, text_files, text_note)

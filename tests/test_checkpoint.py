@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.checkpoint import load_checkpoint, override_settings, save_checkpoint
-from pipeline.cli import DEFAULT_CHECKPOINT, parse_setting
-from pipeline.errors import CheckpointError, SettingsError
+from pipeline.cli import DEFAULT_CHECKPOINT
+from pipeline.errors import CheckpointError, InputError, SettingsError
+from pipeline.options import optional_positive
 from pipeline.model import ModelConfig, build_model
 
 
@@ -62,10 +63,11 @@ SETTING = st.one_of(st.none(), st.integers(-3, 300), st.text(max_size=5),
 @settings(max_examples=150, deadline=None)
 @given(grid=SETTING, top_k=SETTING)
 def test_any_grid_and_top_k_give_a_valid_model_or_one_line(loaded, grid, top_k):
-    """Whatever a user types: a consistent config (input 16*G, 1 <= K <= G*G) or one SettingsError."""
+    """Whatever a user types: a consistent config (input 16*G, 1 <= K <= G*G) or one input-error line
+    (not a whole number: InputError; numbers that cannot fit together: its SettingsError kind)."""
     try:
-        cfg = override_settings(loaded.config, parse_setting("grid", grid), parse_setting("top-k", top_k))
-    except SettingsError as exc:
+        cfg = override_settings(loaded.config, optional_positive("grid", grid), optional_positive("top-k", top_k))
+    except InputError as exc:
         assert "\n" not in exc.one_line() and " -> fix: " in exc.one_line()
         return
     assert cfg.image_size == 16 * cfg.grid and 1 <= cfg.top_k <= cfg.grid ** 2 <= 128 ** 2
