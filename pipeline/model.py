@@ -117,51 +117,72 @@ def _lab_f(t: torch.Tensor) -> torch.Tensor:
 _XY_FROM_LINEAR_RGB = torch.tensor([[0.412453, 0.357580, 0.180423], [0.212671, 0.715160, 0.072169]])
 _XY_FROM_LINEAR_RGB[0] /= 0.95047
 _GRAY = (0.299, 0.587, 0.114)  # kornia.color.rgb_to_grayscale
-
-
-def lab_l_a_normalised(rgb: torch.Tensor, x_weight: torch.Tensor, y_weight: torch.Tensor):
-    """sRGB [B,3,H,W] in [0,1] -> (L*/100, (a*+128)/255) per pixel, L* and a* as kornia computes
-    them (D65). Channel mixing is a 1x1 convolution per output, so no op slices or splits the
-    colour channels (TensorRT rejects the SplitToSequence a split would export to)."""
-    lin = _srgb_to_linear(rgb)
-    fx, fy = _lab_f(F.conv2d(lin, x_weight)), _lab_f(F.conv2d(lin, y_weight))
-    return (116.0 * fy - 16.0) / 100.0, (500.0 * (fx - fy) + 128.0) / 255.0
-
+_SOBEL_X = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]) / 8.0  # kornia, normalised
 
 # Offsets inside a CELL-pixel block: the bilinear 16x downsample reads pixels 7 and 8 of each
 # block (weight 1/2 each); a 3x3 Sobel at those pixels reads 6..9: the cell's 4 x 4 window.
 _WINDOW = (6, 10)
-_SAMPLED = ((1, 1), (1, 2), (2, 1), (2, 2))  # the bilinear taps inside the window
+_TAPS = ((1, 1), (1, 2), (2, 1), (2, 2))  # the bilinear taps, as (row, column) inside the window
+
+# Output channels of the window convolution (each a linear function of the cell's 4 x 4 window):
+_GX_TAPS, _GY_TAPS = slice(0, 4), slice(4, 8)  # Sobel x / y of the grayscale image at each tap
+_G_MEANS = slice(8, 10)  # Sobel x and y sampled (mean over the taps)
+_RGB_MEANS = slice(10, 13)  # R, G, B sampled
+_TAP_VALUES = slice(13, 25)  # the raw pixel values, channel 13 + 3 * tap + colour
+_WINDOW_OUTPUTS = 25
 
 
-def cell_windows(image: torch.Tensor, grid: int) -> torch.Tensor:
-    """[B,C,CELL*G,CELL*G] -> [B,C,4G,4G]: pixels 6..9 of every cell on both axes.
+def _window_kernel() -> torch.Tensor:
+    """[25,3,4,10]: one strided convolution computes every linear texture quantity of a cell.
 
-    Reshapes and two slices only, rank <= 4 with the batch kept as its own leading dimension, so
-    every target's runtime lowers it and the batch stays dynamic (XNNPACK cannot resize a
-    reshape that folds the batch into another dimension).
+    Applied with stride (4, 16) to the rows 6..9 of every cell; kernel columns 6..9 are the window
+    (0..5 are zero). The grayscale weights are folded into the Sobel kernels (Sobel is linear, so
+    Sobel(gray) = sum_c w_c Sobel(c)); a raw tap value is a one-hot kernel, exact in float (the
+    other products are exact zeros).
+    """
+    gray = torch.tensor(_GRAY)[:, None, None]
+    k = torch.zeros(_WINDOW_OUTPUTS, 3, 4, 4)
+    for t, (r, c) in enumerate(_TAPS):
+        k[_GX_TAPS.start + t, :, r - 1 : r + 2, c - 1 : c + 2] = gray * _SOBEL_X
+        k[_GY_TAPS.start + t, :, r - 1 : r + 2, c - 1 : c + 2] = gray * _SOBEL_X.t()
+        for colour in range(3):
+            k[_RGB_MEANS.start + colour, colour, r, c] = 0.25
+            k[_TAP_VALUES.start + 3 * t + colour, colour, r, c] = 1.0
+    k[_G_MEANS.start] = k[_GX_TAPS].mean(dim=0)
+    k[_G_MEANS.start + 1] = k[_GY_TAPS].mean(dim=0)
+    return F.pad(k, (_WINDOW[0], 0))
+
+
+def _colour_kernels() -> dict[str, torch.Tensor]:
+    """1x1 convolutions over the 12 tap values (channel 3 * tap + colour), so no op slices or
+    splits colour channels (TensorRT rejects the SplitToSequence a split exports to):
+    xy [8,12]: X/Xn and Y at each tap from linear RGB (kornia's sRGB->XYZ rows, D65);
+    lab [2,8] + lab_bias: (L*/100, (a*+128)/255) sampled, i.e. the mean over the taps of
+    L* = 116 f(Y) - 16 and a* = 500 (f(X) - f(Y)), both affine in f, folded into one map;
+    pairs [4,8] + mag_eps: gx^2 + gy^2 + 1e-8 at each tap."""
+    xy, lab, pairs = torch.zeros(8, 12, 1, 1), torch.zeros(2, 8, 1, 1), torch.zeros(4, 8, 1, 1)
+    for t in range(4):
+        xy[t, 3 * t : 3 * t + 3, 0, 0] = _XY_FROM_LINEAR_RGB[0]
+        xy[4 + t, 3 * t : 3 * t + 3, 0, 0] = _XY_FROM_LINEAR_RGB[1]
+        pairs[t, t] = pairs[t, 4 + t] = 1.0
+    lab[0, 4:8] = 116.0 / 100.0 / 4
+    lab[1, 0:4] = 500.0 / 255.0 / 4
+    lab[1, 4:8] = -500.0 / 255.0 / 4
+    return {"xy": xy, "lab": lab, "lab_bias": torch.tensor([-16.0 / 100.0, 128.0 / 255.0]),
+            "pairs": pairs, "mag_eps": torch.full((4,), 1e-8)}
+
+
+def cell_rows(image: torch.Tensor, grid: int) -> torch.Tensor:
+    """[B,3,CELL*G,CELL*G] -> [B,3,4G,CELL*G]: rows 6..9 of every cell (the windows' rows).
+
+    A reshape, one slice and a reshape, rank <= 4 with the batch kept as its own leading
+    dimension, so every target's runtime lowers it and the batch stays dynamic (XNNPACK cannot
+    resize a reshape that folds the batch into another dimension).
     """
     lo, hi = _WINDOW
-    batch, channels, w = image.shape[0], image.shape[1], hi - lo
-    rows = image.reshape(batch, channels * grid, CELL, CELL * grid)[:, :, lo:hi, :]  # [B, C*G, 4, CELL*G]
-    cells = rows.reshape(batch, channels * grid * w, grid, CELL)[:, :, :, lo:hi]  # [B, C*G*4, G, 4]
-    return cells.reshape(batch, channels, w * grid, w * grid)
-
-
-def _window_kernels() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stride-4 convolution kernels over the 4 x 4 window of each cell:
-    mean [1,1,4,4]: the bilinear sample (mean of the 4 taps), applied per channel;
-    sobel_x, sobel_y [4,3,4,4]: kornia's normalised Sobel of the grayscale image at each tap,
-    with the grayscale weights folded in (Sobel is linear, so Sobel(gray) = sum_c w_c Sobel(c))."""
-    gx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]) / 8.0
-    gray = torch.tensor(_GRAY)[:, None, None]
-    mean = torch.zeros(1, 1, 4, 4)
-    sobel = torch.zeros(2, 4, 3, 4, 4)
-    for n, (r, c) in enumerate(_SAMPLED):
-        mean[0, 0, r, c] = 0.25
-        for d, k in enumerate((gx, gx.t())):
-            sobel[d, n, :, r - 1 : r + 2, c - 1 : c + 2] = gray * k
-    return mean, sobel[0], sobel[1]
+    batch, size = image.shape[0], CELL * grid
+    rows = image.reshape(batch, 3 * grid, CELL, size)[:, :, lo:hi, :]  # [B, 3G, 4, CELL*G]
+    return rows.reshape(batch, 3, (hi - lo) * grid, size)
 
 
 class TextureArray(nn.Module):
@@ -170,37 +191,31 @@ class TextureArray(nn.Module):
     Channels: RGB, L*/100, (a*+128)/255, Sobel gx, gy, magnitude (each min-maxed), y, x,
     eccentricity, magnitude again, L*/100 again. Every channel is the mean of its per-pixel value
     at the 4 bilinear taps of the cell, which is exactly the reference's bilinear sampling.
-    Built from convolutions and reductions only (no channel slicing): a small graph everywhere.
+    One strided convolution over each cell's 4 x 4 window yields every linear quantity; the
+    costly colour maths (pow, cube root) then runs on the 4 taps only, G*G*12 values.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.grid = cfg.grid
-        mean, sobel_x, sobel_y = _window_kernels()
-        self.register_buffer("tap_mean", mean, persistent=False)
-        self.register_buffer("sobel_x", sobel_x, persistent=False)
-        self.register_buffer("sobel_y", sobel_y, persistent=False)
-        self.register_buffer("x_weight", _XY_FROM_LINEAR_RGB[0:1, :, None, None].clone(), persistent=False)
-        self.register_buffer("y_weight", _XY_FROM_LINEAR_RGB[1:2, :, None, None].clone(), persistent=False)
+        self.register_buffer("window_kernel", _window_kernel(), persistent=False)
+        for name, value in _colour_kernels().items():
+            self.register_buffer(name, value, persistent=False)
         lin = torch.linspace(0.0, 1.0, cfg.grid)
         yy, xx = torch.meshgrid(lin, lin, indexing="ij")
         ecc = torch.sqrt((yy - 0.5) ** 2 + (xx - 0.5) ** 2)
         pos = torch.stack([yy, xx, ecc / ecc.max()]).unsqueeze(0)
         self.register_buffer("positions", pos, persistent=False)
 
-    def _sample(self, x: torch.Tensor) -> torch.Tensor:
-        """[B,C,4G,4G] per-pixel values -> [B,C,G,G] bilinear samples."""
-        return F.conv2d(x, self.tap_mean.expand(x.shape[1], 1, 4, 4), stride=4, groups=x.shape[1])
-
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        window = cell_windows(image, self.grid)  # [B,3,4G,4G]
-        lum, a_star = (self._sample(c) for c in lab_l_a_normalised(window, self.x_weight, self.y_weight))
-        gx = F.conv2d(window, self.sobel_x, stride=4)  # [B,4,G,G]: gx at the 4 taps
-        gy = F.conv2d(window, self.sobel_y, stride=4)
-        mag = torch.sqrt(gx * gx + gy * gy + 1e-8).mean(dim=1, keepdim=True)
-        gx, gy, mag = (minmax_per_sample_channels(e) for e in (gx.mean(dim=1, keepdim=True), gy.mean(dim=1, keepdim=True), mag))
+        cells = F.conv2d(cell_rows(image, self.grid), self.window_kernel, stride=(4, CELL))  # [B,25,G,G]
+        linear_rgb = _srgb_to_linear(cells[:, _TAP_VALUES])
+        lab = F.conv2d(_lab_f(F.conv2d(linear_rgb, self.xy)), self.lab, self.lab_bias)  # [B,2,G,G]
+        grads = cells[:, _GX_TAPS.start : _GY_TAPS.stop]
+        mag = torch.sqrt(F.conv2d(grads * grads, self.pairs, self.mag_eps)).mean(dim=1, keepdim=True)
+        edges = minmax_per_sample_channels(torch.cat([cells[:, _G_MEANS], mag], dim=1))  # gx, gy, mag
         pos = self.positions.expand(image.shape[0], -1, -1, -1)
-        return torch.cat([self._sample(window), lum, a_star, gx, gy, mag, pos, mag, lum], dim=1)
+        return torch.cat([cells[:, _RGB_MEANS], lab, edges, pos, edges[:, 2:3], lab[:, 0:1]], dim=1)
 
 
 def minmax_per_sample_channels(x: torch.Tensor) -> torch.Tensor:
@@ -210,16 +225,22 @@ def minmax_per_sample_channels(x: torch.Tensor) -> torch.Tensor:
     return (x - lo) / (hi - lo + _MINMAX_EPS)
 
 
+def per_patch(textures: torch.Tensor) -> torch.Tensor:
+    """[B,C,G,G] -> [B,G*G,C]: one row per patch, so per-patch reductions and products run over
+    the contiguous last axis (onnxruntime's softmax and sums over a middle axis cost ~10x more)."""
+    return textures.flatten(2).transpose(1, 2)
+
+
 def information_score(textures: torch.Tensor) -> torch.Tensor:
-    """Propositional knowing: entropy of the channel softmax, [B,G,G] in [0,1]."""
-    probs = F.softmax(textures, dim=1)
-    entropy = -(probs * torch.log(probs + 1e-10)).sum(dim=1)
+    """Propositional knowing: entropy of the channel softmax, [B,G*G] in [0,1]."""
+    probs = F.softmax(per_patch(textures), dim=-1)
+    entropy = -(probs * torch.log(probs + 1e-10)).sum(dim=-1)
     return minmax_per_sample(entropy)
 
 
 def perspectival_score(textures: torch.Tensor) -> torch.Tensor:
-    """Perspectival knowing: the Sobel magnitude channel (already in [0,1])."""
-    return textures[:, CH_SOBEL_MAG]
+    """Perspectival knowing: the Sobel magnitude channel (already in [0,1]), [B,G*G]."""
+    return textures[:, CH_SOBEL_MAG].flatten(1)
 
 
 PARTICIPATORY_FORMS = ("direct", "reduced")
@@ -263,21 +284,21 @@ class ParticipatoryScorer(nn.Module):
         if self.form == "direct" or self.training:
             feats = F.normalize(self.texture_proj(textures), dim=1)
             q = F.normalize(query, dim=1)[:, :, None, None]
-            return ((feats * q).sum(dim=1) + 1.0) / 2.0
+            return ((feats * q).sum(dim=1).flatten(1) + 1.0) / 2.0
         return (self._reduced_cosine(textures, query) + 1.0) / 2.0
 
     def _reduced_cosine(self, textures: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-        conv2 = self.texture_proj[2]
+        conv1, conv2 = self.texture_proj[0], self.texture_proj[2]
         w2, b2 = conv2.weight.flatten(1), conv2.bias  # [D,64], [D]
-        h = self.texture_proj[1](self.texture_proj[0](textures)).flatten(2)  # [B,64,N]
+        h = F.relu(F.linear(per_patch(textures), conv1.weight.flatten(1), conv1.bias))  # [B,N,64]
         q = F.normalize(query, dim=1)
         a = q @ w2  # [B,64]: W2^T q^, one D x 64 product per query
         # (q * b2).sum, not q @ b2: CoreML's matmul takes no 1-D operand
-        numerator = (a.unsqueeze(1) @ h).squeeze(1) + (q * b2).sum(dim=1, keepdim=True)  # [B,N]
-        sq_norm = ((self.gram @ h) * h).sum(dim=1) + 2.0 * (self.w2t_b2.unsqueeze(0) @ h).squeeze(1) + self.b2_sq
+        numerator = (h @ a.unsqueeze(2)).squeeze(2) + (q * b2).sum(dim=1, keepdim=True)  # [B,N]
+        # W2^T W2 is symmetric, so h @ gram is (gram h) per patch; 2 W2^T b2 joins before the sum
+        sq_norm = ((h @ self.gram + 2.0 * self.w2t_b2) * h).sum(dim=2) + self.b2_sq
         # F.normalize divides by max(norm, 1e-12): the same guard on the squared norm
-        cosine = numerator / sq_norm.clamp(min=0.0).sqrt().clamp(min=1e-12)
-        return cosine.reshape(textures.shape[0], textures.shape[2], textures.shape[3])
+        return numerator / sq_norm.clamp(min=0.0).sqrt().clamp(min=1e-12)
 
 
 class TensionBalancer(nn.Module):
@@ -326,7 +347,7 @@ class RelevanceModel(nn.Module):
                 self.participatory_scorer(textures, query),
             ],
             dim=1,
-        ).flatten(2)
+        )  # [B,3,N]
         relevance, weights = self.balancer(maps, query)
         topk_indices = torch.topk(relevance, k=self.cfg.top_k, dim=1, sorted=True).indices
         return relevance, topk_indices, weights
