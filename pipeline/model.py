@@ -133,10 +133,9 @@ _WINDOW_OUTPUTS = 25
 
 
 def _window_kernel() -> torch.Tensor:
-    """[25,3,4,10]: one strided convolution computes every linear texture quantity of a cell.
+    """[25,3,4,4]: one strided convolution computes every linear texture quantity of a cell.
 
-    Applied with stride (4, 16) to the rows 6..9 of every cell; kernel columns 6..9 are the window
-    (0..5 are zero). The grayscale weights are folded into the Sobel kernels (Sobel is linear, so
+    Applied with stride 4 x CELL to `cell_rows`, it reads exactly each cell's window. The grayscale weights are folded into the Sobel kernels (Sobel is linear, so
     Sobel(gray) = sum_c w_c Sobel(c)); a raw tap value is a one-hot kernel, exact in float (the
     other products are exact zeros).
     """
@@ -150,7 +149,7 @@ def _window_kernel() -> torch.Tensor:
             k[_TAP_VALUES.start + 3 * t + colour, colour, r, c] = 1.0
     k[_G_MEANS.start] = k[_GX_TAPS].mean(dim=0)
     k[_G_MEANS.start + 1] = k[_GY_TAPS].mean(dim=0)
-    return F.pad(k, (_WINDOW[0], 0))
+    return k
 
 
 def _colour_kernels() -> dict[str, torch.Tensor]:
@@ -173,7 +172,8 @@ def _colour_kernels() -> dict[str, torch.Tensor]:
 
 
 def cell_rows(image: torch.Tensor, grid: int) -> torch.Tensor:
-    """[B,3,CELL*G,CELL*G] -> [B,3,4G,CELL*G]: rows 6..9 of every cell (the windows' rows).
+    """[B,3,CELL*G,CELL*G] -> [B,3,4G,CELL*G-6]: rows 6..9 of every cell, from column 6 on, so a
+    4 x 4 kernel at stride 4 x CELL reads exactly the cells' windows.
 
     A reshape, one slice and a reshape, rank <= 4 with the batch kept as its own leading
     dimension, so every target's runtime lowers it and the batch stays dynamic (XNNPACK cannot
@@ -181,8 +181,8 @@ def cell_rows(image: torch.Tensor, grid: int) -> torch.Tensor:
     """
     lo, hi = _WINDOW
     batch, size = image.shape[0], CELL * grid
-    rows = image.reshape(batch, 3 * grid, CELL, size)[:, :, lo:hi, :]  # [B, 3G, 4, CELL*G]
-    return rows.reshape(batch, 3, (hi - lo) * grid, size)
+    rows = image.reshape(batch, 3 * grid, CELL, size)[:, :, lo:hi, lo:]  # [B, 3G, 4, CELL*G-6]
+    return rows.reshape(batch, 3, (hi - lo) * grid, size - lo)
 
 
 class TextureArray(nn.Module):
@@ -258,6 +258,8 @@ class ParticipatoryScorer(nn.Module):
     oracle). `form` picks one; targets choose by measurement and the manifest records which.
     """
 
+    DERIVED = ("gram", "w2t_b2", "b2_sq")  # buffers computed from the learned W2, b2
+
     def __init__(self, cfg: ModelConfig, form: str = "reduced"):
         super().__init__()
         self.texture_proj = nn.Sequential(
@@ -267,8 +269,9 @@ class ParticipatoryScorer(nn.Module):
         )
         self.form = form
         # The reduced form's constants of the checkpoint, refreshed whenever weights are loaded.
-        for name, shape in (("gram", (cfg.proj_hidden, cfg.proj_hidden)), ("w2t_b2", (cfg.proj_hidden,)), ("b2_sq", ())):
-            self.register_buffer(name, torch.zeros(shape), persistent=False)
+        shapes = {"gram": (cfg.proj_hidden, cfg.proj_hidden), "w2t_b2": (cfg.proj_hidden,), "b2_sq": ()}
+        for name in self.DERIVED:
+            self.register_buffer(name, torch.zeros(shapes[name]), persistent=False)
         self.register_load_state_dict_post_hook(lambda module, keys: module.refresh_constants())
         self.refresh_constants()
 
