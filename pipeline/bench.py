@@ -29,6 +29,10 @@ class BenchCase:
     # a browser call timed from Python would also count the automation round trip.
     self_timed: bool = False
     max_batch: int | None = None  # the largest batch the artifact takes (ExecuTorch plans memory for one)
+    # The FP32 case this one is a variant of (its runtime label) and the target's one-line reason
+    # why this variant can be slower than it: the bench prints that reason where it is.
+    compare_to: str | None = None
+    speed_note: str | None = None
 
 
 def torch_cases(model) -> list[BenchCase]:
@@ -57,18 +61,26 @@ def torch_cases(model) -> list[BenchCase]:
     ]
 
 
+# Idle time before each timed call: worker pools (XNNPACK's pthreadpool, OpenMP) busy-wait for a
+# few ms after their last job, and on a 2-core machine they would slow whichever case runs next.
+SETTLE_S = 0.005
+
+
 def time_cases(cases: list[BenchCase], inputs: dict, runs: int, warmup: int = 3) -> list[list[float]]:
-    """Interleaved rounds: every case once per round. Returns milliseconds per case."""
+    """Interleaved rounds: every case once per round, starting one case later each round, so no
+    case always follows the same neighbour. Returns milliseconds per case."""
     for case in cases:
         for _ in range(warmup):
             case.run(inputs)
     times: list[list[float]] = [[] for _ in cases]
-    for _ in range(runs):
-        for i, case in enumerate(cases):
+    for r in range(runs):
+        for k in range(len(cases)):
+            i = (r + k) % len(cases)
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
-            result = case.run(inputs)
+            result = cases[i].run(inputs)
             wall = (time.perf_counter() - start) * 1000.0
-            times[i].append(float(result) if case.self_timed else wall)
+            times[i].append(float(result) if cases[i].self_timed else wall)
     return times
 
 
@@ -109,7 +121,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
         rows += rows_for(fit, time_cases(fit, heldout.inputs(0, batch), runs), batch)
     result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
-              "checkpoint_sha256": ckpt.sha256, "rows": rows, "notes": form_notes(manifest)}
+              "checkpoint_sha256": ckpt.sha256, "rows": rows, "notes": speed_notes(cases, rows)}
     from . import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
@@ -119,18 +131,18 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     return result
 
 
-def form_notes(manifest: dict) -> list[str]:
-    """One line per published variant that computes another participatory form than the exported
-    program (model.py's two exact forms): the usual reason a variant is slower than its FP32."""
-    program_form = (manifest.get("exported_program") or {}).get("participatory_form")
+def speed_notes(cases: list[BenchCase], rows: list[dict]) -> list[str]:
+    """One line per row slower than the FP32 case it is a variant of (same batch and threads),
+    with the reason its target recorded at build time (e.g. what INT8 leaves in float)."""
+    median = {(r["runtime"], r["batch"]): r["median_ms"] for r in rows}
     notes = []
-    for target, entry in manifest.get("targets", {}).items():
-        for name, variant in (entry.get("variants") or {}).items():
-            form = (variant.get("info") or {}).get("participatory_form")
-            if program_form and form and form != program_form:
-                notes.append(f"{target} {name} computes the {form} participatory form: its {program_form}-form "
-                             f"candidates failed the gate on the calibration split (see the manifest's candidates), "
-                             f"and the {form} form projects every patch into the query space, so it is slower")
+    for case in cases:
+        if not (case.compare_to and case.speed_note):
+            continue
+        for batch in sorted({r["batch"] for r in rows}):
+            mine, base = median.get((case.runtime, batch)), median.get((case.compare_to, batch))
+            if mine is not None and base is not None and mine > base:
+                notes.append(f"{case.runtime}, batch {batch}: {mine / base:.2f}x {case.compare_to}: {case.speed_note}")
     return notes
 
 

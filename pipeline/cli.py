@@ -252,8 +252,9 @@ def _bench(root: Path, runs: int) -> int:
     print(format_rows(result["rows"]))
     for note in result.get("notes") or []:
         print(f"note: {note}")
-    print(f"\nmedian of {runs} interleaved rounds per case on {result['host']}; "
-          f"x = torch eager median / this median at the same batch and threads; written to {root / 'bench.json'}")
+    print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, 5 ms idle "
+          f"before each call, onnxruntime pools not spinning); x = torch eager median / this median at the same batch and threads; "
+          f"written to {root / 'bench.json'}")
     return 0
 
 

@@ -91,6 +91,9 @@ def lower(program, path: Path) -> dict:
 
 
 INT8_FORM = "direct"  # see quantize_dynamic_int8
+INT8_SPEED_NOTE = ("dynamic int8 quantises every linear layer's activations at run time, and it computes the "
+                   "direct participatory form (a D-wide projection per patch): XNNPACKQuantizer quantises "
+                   "only weights a linear or conv reads directly, and the reduced head reads W2 through a reshape")
 
 
 def quantize_dynamic_int8(ctx: BuildContext):
@@ -140,6 +143,7 @@ class ExecutorchTarget(Target):
         int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
                                      "(Linear and 1x1 conv), activations quantised at run time")
         int8_info["participatory_form"] = INT8_FORM
+        int8_info["speed_note"] = INT8_SPEED_NOTE
         return [
             Variant("fp32", [ctx.staging / FP32_FILE], _gate(LOSSLESS, fp32_budget), fp32_budget,
                     primary=True, info=fp32_info),
@@ -170,8 +174,10 @@ class ExecutorchTarget(Target):
             if variant.get("status") == "failed":
                 continue
             runner = pte_runner(out / variant["files"][0], variant["info"]["max_batch"])
-            cases.append(BenchCase(f"executorch {name} (default threads: XNNPACK pool of {pool})",
-                                   runner.run, None, max_batch=runner.max_batch))
+            label = lambda n: f"executorch {n} (default threads: XNNPACK pool of {pool})"  # noqa: E731
+            cases.append(BenchCase(label(name), runner.run, None, max_batch=runner.max_batch,
+                                   compare_to=label("fp32") if name != "fp32" else None,
+                                   speed_note=variant["info"].get("speed_note")))
         return cases
 
 

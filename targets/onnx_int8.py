@@ -284,10 +284,12 @@ class OnnxInt8Target(Target):
             "quantized_node_count": row["quantized_node_count"], "calibration": calibration,
             "candidates": tried, "fp32_onnx_bytes": fp32_bytes,
             "size_ratio_vs_fp32": round(model.stat().st_size / fp32_bytes, 4),
+            "speed_note": speed_note(row, ctx.checkpoint.model.participatory_scorer.form),
         }
         gate = int8_gate(fp32_bytes)
         variants = [Variant(flavour, [model], gate, gate.maxima["size_bytes"], primary=True, info=quant_info)]
         variants += self._ort_variants(ctx, fp32, model, flavour, fp32_bytes)
+        variants[-1].info["speed_note"] = quant_info["speed_note"]  # the quantised .ort
         return variants
 
     def _ort_variants(self, ctx, fp32: Path, quantized: Path, flavour: str, fp32_bytes: int) -> list[Variant]:
@@ -329,8 +331,23 @@ class OnnxInt8Target(Target):
         return onnx_common.ort_runner(variant.files[0])
 
     def bench_cases(self, out: Path, entry: dict) -> list:
-        # every published flavour: the quantised .onnx and both .ort files, timed in onnxruntime
-        return onnx_common.ort_bench_cases(out, entry, tuple(entry.get("variants", {})))
+        # every published flavour: the quantised .onnx and both .ort files, timed in onnxruntime,
+        # each quantised one compared with its FP32 (the onnx target's model, or the FP32 .ort)
+        variants = tuple(entry.get("variants", {}))
+        baselines = {name: "fp32-ort" if name.endswith("-ort") else "fp32" for name in variants if not name.startswith("fp32")}
+        return onnx_common.ort_bench_cases(out, entry, variants, baselines)
+
+
+def speed_note(row: dict, program_form: str) -> str:
+    """Why this INT8 model can run slower than its FP32, in one line, from what was quantised."""
+    types = ", ".join(f"{op} {n}" for op, n in row["quantized_op_types"].items())
+    note = (f"only the learned layers compute in int8 ({row['quantized_node_count']} of {row['fp32_node_count']} "
+            f"nodes: {types}); the texture front end, softmax, min-max and top-K stay float, and every int8 "
+            f"node adds quantise/dequantise steps")
+    if row["participatory_form"] != program_form:
+        note += (f"; it computes the {row['participatory_form']} participatory form (the {program_form}-form "
+                 f"candidates failed the gate on calibration), which projects every patch into the query space")
+    return note
 
 
 def _constant(model, name: str):

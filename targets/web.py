@@ -490,8 +490,9 @@ class WebTarget(Target):
                             reference=python_reference(fp32_src), reference_name=ref_name)]
         if "int8" in models:
             budget = int(int8_src.stat().st_size * 1.25) + 64 * 1024
+            speed = ctx.upstream["onnx-int8"].primary.variant.info.get("speed_note")
             variants.append(Variant("int8", [models["int8"]], int8_gate(budget), budget,
-                                    info={"source": "onnx-int8"}, reference=python_reference(int8_src),
+                                    info={"source": "onnx-int8", "speed_note": speed}, reference=python_reference(int8_src),
                                     reference_name=ref_name))
         return variants
 
@@ -571,13 +572,16 @@ class WebTarget(Target):
         site = out / self.name
         cases = []
         models = [m["name"] for m in json.loads((site / "config.json").read_text())["models"]]
+        variants = entry.get("variants", {})
         for threads in (1, 2):
             session = PageSession(site, threads)
             atexit.register(session.close)
             got = session.threads()
+            label = lambda m, n=got: f"browser {m} ({n} thread{'s' if n > 1 else ''}, in-page clock)"  # noqa: E731
             for model in models:
-                cases.append(BenchCase(f"browser {model} ({got} thread{'s' if got > 1 else ''}, in-page clock)",
-                                       _stored_runner(session, model), got if got == 1 else None, self_timed=True))
+                cases.append(BenchCase(label(model), _stored_runner(session, model), got if got == 1 else None,
+                                       self_timed=True, compare_to=label("fp32") if model != "fp32" else None,
+                                       speed_note=((variants.get(model) or {}).get("info") or {}).get("speed_note")))
         # its own page: reloading must not drop the inputs the other cases stored
         loader = PageSession(site, 1)
         atexit.register(loader.close)

@@ -45,3 +45,15 @@ def test_bench_without_artifacts_is_a_clear_error(tmp_path):
     assert "no published artifacts" in proc.stderr and "-> fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "bench.json").exists()
+
+
+def test_a_variant_slower_than_its_fp32_gets_its_targets_reason():
+    from pipeline.bench import BenchCase, speed_notes
+
+    cases = [BenchCase("rt fp32 (1 thread)", print, 1),
+             BenchCase("rt int8 (1 thread)", print, 1, compare_to="rt fp32 (1 thread)", speed_note="the reason")]
+    rows = [{"runtime": "rt fp32 (1 thread)", "batch": 1, "median_ms": 1.0},
+            {"runtime": "rt int8 (1 thread)", "batch": 1, "median_ms": 0.9},  # faster: no note
+            {"runtime": "rt fp32 (1 thread)", "batch": 8, "median_ms": 4.0},
+            {"runtime": "rt int8 (1 thread)", "batch": 8, "median_ms": 6.0}]
+    assert speed_notes(cases, rows) == ["rt int8 (1 thread), batch 8: 1.50x rt fp32 (1 thread): the reason"]
