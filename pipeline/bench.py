@@ -33,6 +33,7 @@ class BenchCase:
     # why this variant can be slower than it: the bench prints that reason where it is.
     compare_to: str | None = None
     speed_note: str | None = None
+    warm_call: bool = True  # False for a case that times a cold start (a page load)
 
 
 def torch_cases(model) -> list[BenchCase]:
@@ -61,26 +62,30 @@ def torch_cases(model) -> list[BenchCase]:
     ]
 
 
-# Idle time before each timed call: worker pools (XNNPACK's pthreadpool, OpenMP) busy-wait for a
-# few ms after their last job, and on a 2-core machine they would slow whichever case runs next.
-SETTLE_S = 0.005
+# Idle time before each case's turn: worker pools (XNNPACK's pthreadpool, OpenMP) busy-wait for
+# a few ms after their last job, and on a 2-core machine they would slow whichever case runs next.
+SETTLE_S = 0.002
 
 
 def time_cases(cases: list[BenchCase], inputs: dict, runs: int, warmup: int = 3) -> list[list[float]]:
     """Interleaved rounds: every case once per round, starting one case later each round, so no
-    case always follows the same neighbour. Returns milliseconds per case."""
+    case always follows the same neighbour. Each timed call follows an untimed call of the same
+    case (steady state: its caches and thread pool warm, as when an app runs frame after frame),
+    except for cases that measure a cold start themselves. Returns milliseconds per case."""
     for case in cases:
         for _ in range(warmup):
             case.run(inputs)
     times: list[list[float]] = [[] for _ in cases]
     for r in range(runs):
         for k in range(len(cases)):
-            i = (r + k) % len(cases)
+            case = cases[(r + k) % len(cases)]
             time.sleep(SETTLE_S)
+            if case.warm_call:
+                case.run(inputs)
             start = time.perf_counter()
-            result = cases[i].run(inputs)
+            result = case.run(inputs)
             wall = (time.perf_counter() - start) * 1000.0
-            times[i].append(float(result) if cases[i].self_timed else wall)
+            times[(r + k) % len(cases)].append(float(result) if case.self_timed else wall)
     return times
 
 

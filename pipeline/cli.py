@@ -252,8 +252,8 @@ def _bench(root: Path, runs: int) -> int:
     print(format_rows(result["rows"]))
     for note in result.get("notes") or []:
         print(f"note: {note}")
-    print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, 5 ms idle "
-          f"before each call, onnxruntime pools not spinning); x = torch eager median / this median at the same batch and threads; "
+    print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, each timed "
+          f"call right after an untimed one of the same case, onnxruntime pools not spinning); x = torch eager median / this median at the same batch and threads; "
           f"written to {root / 'bench.json'}")
     return 0
 

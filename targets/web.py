@@ -26,7 +26,7 @@ import numpy as np
 from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
 from pipeline.golden import write_array_bundle
 from pipeline.model import OUTPUT_NAMES
-from pipeline.parity import Gate
+from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
 from . import onnx_common
@@ -75,10 +75,12 @@ def token_check_strings() -> list[str]:
     return [*SENTENCES, *TOKEN_EXTRA]
 
 # The browser vs Python onnxruntime on the same file: FP32 must agree to float noise with the
-# same top-K SETS (no tie rule: tie_tolerance 0); INT8 kernels differ a little between builds.
+# same top-K sets up to ties at the K-th place (pipeline/parity.py's rule and tolerance, as every
+# FP32 gate: at K=200 of 1024 a WASM-vs-x86 rounding of 1e-5 swapped two patches 2e-5 apart,
+# measured); INT8 kernels differ a little between builds. The page applies the same rule.
 FP32_BROWSER = {"max": {"relevance_max_abs": 1e-4, "weights_max_abs": 1e-4},
-                "min": {"topk_overlap_strict_mean": 1.0, "topk_overlap_min": 1.0}}
-INT8_BROWSER = {"max": {}, "min": {"topk_overlap_mean": 0.95}}
+                "min": {"topk_overlap_mean": 1.0, "topk_overlap_min": 1.0}, "tie_tolerance": LOSSLESS.tie_tolerance}
+INT8_BROWSER = {"max": {}, "min": {"topk_overlap_mean": 0.95}, "tie_tolerance": LOSSY.tie_tolerance}
 
 
 def ort_web_dist() -> Path:
@@ -283,11 +285,13 @@ def measure_text_in_browser(site: Path, log) -> dict:
 
 
 def fp32_gate() -> Gate:
-    return Gate({**FP32_BROWSER["max"], "size_bytes": SITE_BUDGET}, dict(FP32_BROWSER["min"]), tie_tolerance=0.0)
+    return Gate({**FP32_BROWSER["max"], "size_bytes": SITE_BUDGET}, dict(FP32_BROWSER["min"]),
+                tie_tolerance=FP32_BROWSER["tie_tolerance"])
 
 
 def int8_gate(budget: int) -> Gate:
-    return Gate({**INT8_BROWSER["max"], "size_bytes": budget}, dict(INT8_BROWSER["min"]), tie_tolerance=1e-3)
+    return Gate({**INT8_BROWSER["max"], "size_bytes": budget}, dict(INT8_BROWSER["min"]),
+                tie_tolerance=INT8_BROWSER["tie_tolerance"])
 
 
 # ---------------------------------------------------------------- the browser
@@ -586,7 +590,7 @@ class WebTarget(Target):
         loader = PageSession(site, 1)
         atexit.register(loader.close)
         cases.append(BenchCase("browser page load to first result (fp32, 1 thread, sample photo; batch-independent)",
-                               lambda inputs, s=loader: s.open(1), None, self_timed=True))
+                               lambda inputs, s=loader: s.open(1), None, self_timed=True, warm_call=False))
         return cases
 
 

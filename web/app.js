@@ -327,19 +327,29 @@ async function loadBundle() {
   return { meta, arr };
 }
 
-function compare(res, ref, n, k) {
-  let relMax = 0, wMax = 0, overlap = 0, overlapMin = 1;
+// Top-K agreement as pipeline/parity.py counts it: a pick the reference did not make still agrees
+// when it is a tie at the K-th place (its reference score within `tie` of the K-th score) and it
+// replaces a reference pick that is itself within `tie` of it; the strict overlap is kept too.
+function compare(res, ref, n, k, tie = 0) {
+  let relMax = 0, wMax = 0, overlap = 0, strict = 0, overlapMin = 1;
   for (let i = 0; i < res.relevance.length; i++) relMax = Math.max(relMax, Math.abs(res.relevance[i] - ref.relevance[i]));
   for (let i = 0; i < res.weights.length; i++) wMax = Math.max(wMax, Math.abs(res.weights[i] - ref.weights[i]));
+  const patches = ref.relevance.length / n;
   for (let s = 0; s < n; s++) {
+    const scores = ref.relevance.slice(s * patches, (s + 1) * patches);
+    const kth = Array.from(scores).sort((x, y) => y - x)[k - 1];
     const a = new Set(Array.from(ref.topk.slice(s * k, (s + 1) * k), Number));
-    const common = res.topk.slice(s * k, (s + 1) * k).filter((x) => a.has(x)).length / k;
-    overlap += common / n;
-    overlapMin = Math.min(overlapMin, common);
+    const b = new Set(Array.from(res.topk.slice(s * k, (s + 1) * k), Number));
+    const common = [...b].filter((x) => a.has(x)).length;
+    const extra = [...b].filter((x) => !a.has(x) && x >= 0 && x < patches && scores[x] >= kth - tie).length;
+    const dropped = [...a].filter((x) => !b.has(x) && scores[x] <= kth + tie).length;
+    const withTies = (common + Math.min(extra, dropped)) / k;
+    overlap += withTies / n;
+    strict += common / k / n;
+    overlapMin = Math.min(overlapMin, withTies);
   }
-  // the page counts strict set overlap (no tie rule), so both names hold the same number
   return { relevance_max_abs: relMax, weights_max_abs: wMax, topk_overlap_mean: overlap,
-           topk_overlap_strict_mean: overlap, topk_overlap_min: overlapMin };
+           topk_overlap_strict_mean: strict, topk_overlap_min: overlapMin };
 }
 
 function judge(metrics, gate) {
@@ -357,7 +367,7 @@ async function selfCheck() {
   for (const m of state.config.models) {
     const res = await runModel(m.name, image, query, n);
     const ref = { relevance: arr(`${m.name}.relevance`), weights: arr(`${m.name}.weights`), topk: arr(`${m.name}.topk_indices`) };
-    const metrics = compare(res, ref, n, k);
+    const metrics = compare(res, ref, n, k, m.browser_gate.tie_tolerance || 0);
     const fails = judge(metrics, m.browser_gate);
     rows.push({ model: m.name, samples: n, metrics, gate: m.browser_gate, passed: fails.length === 0, failures: fails, ms: res.ms });
   }
@@ -402,6 +412,9 @@ window.arrcoc = {
     return (await runModel(model, state.stored.image, state.stored.query, batch)).ms;
   },
   selfCheck: () => guarded(selfCheck),
+  // The self-check's top-K rule, for the test that holds it to pipeline/parity.py's.
+  compareTopk: (relevance, refTopk, gotTopk, n, k, tie) => compare(
+    { relevance, weights: [], topk: gotTopk }, { relevance, weights: [], topk: refTopk }, n, k, tie),
   // The tokenizer and the text encoder, for the verifier's parity check against Python.
   async tokenize(texts) { const tok = await textTokenizer(); return texts.map((x) => tok.encode(x).ids); },
   async embedTexts(texts, batch = 1) {
