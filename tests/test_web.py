@@ -273,7 +273,7 @@ def test_the_pages_topk_rule_is_the_pipelines(page):
         got[s, k - 1] = nxt
     for tie in (0.0, 1e-3):
         want_ties, want_strict = topk_overlap(relevance, ref, got, tie)
-        m = page.p.evaluate("([r, a, b, n, k, t]) => window.arrcoc.compareTopk(r, a, b, n, k, t)",
+        m = page.open().p.evaluate("([r, a, b, n, k, t]) => window.arrcoc.compareTopk(r, a, b, n, k, t)",
                             [relevance.ravel().tolist(), ref.ravel().tolist(), got.ravel().tolist(), n, k, tie])
         assert m["topk_overlap_mean"] == pytest.approx(want_ties.mean())
         assert m["topk_overlap_min"] == pytest.approx(want_ties.min())
