@@ -27,7 +27,9 @@ def contract_shapes(cfg: ModelConfig) -> dict[str, list]:
 
 
 def strip_metadata(model) -> None:
-    """Drop per-node metadata (stack traces with local paths) for smaller, reproducible files."""
+    """Drop per-node metadata (stack traces with local paths) for smaller, reproducible files, and
+    the intermediate shape annotations (value_info: every runtime infers them again at load; 7.5 KB
+    of a 420 KB model, 4.3 KB of its .ort). Graph inputs and outputs keep their types."""
     def clean(graph):
         for node in graph.node:
             del node.metadata_props[:]
@@ -37,8 +39,9 @@ def strip_metadata(model) -> None:
                     clean(attr.g)
                 for g in attr.graphs:
                     clean(g)
-        for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        for value in list(graph.input) + list(graph.output):
             del value.metadata_props[:]
+        del graph.value_info[:]
         del graph.metadata_props[:]
         graph.doc_string = ""
 
