@@ -222,8 +222,9 @@ def pte_runner(path: Path, max_batch: int) -> Runner:
     method = _method(path)
 
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        # Copies, not views: the runtime reads a non-contiguous tensor as if it were contiguous.
-        args = [torch.from_numpy(np.array(inputs[k], dtype=np.float32, order="C", copy=True)) for k in ("image", "query")]
+        # The runtime reads a non-contiguous tensor as if it were contiguous: copy only those (an
+        # unconditional copy cost 0.3 ms of 1.8 at G=32 batch 1 and 2.5 of 11 ms at batch 8, measured).
+        args = [torch.from_numpy(np.ascontiguousarray(inputs[k], dtype=np.float32)) for k in ("image", "query")]
         outs = method.execute(args)
         return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
 
