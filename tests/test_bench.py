@@ -57,3 +57,19 @@ def test_a_variant_slower_than_its_fp32_gets_its_targets_reason():
             {"runtime": "rt fp32 (1 thread)", "batch": 8, "median_ms": 4.0},
             {"runtime": "rt int8 (1 thread)", "batch": 8, "median_ms": 6.0}]
     assert speed_notes(cases, rows) == ["rt int8 (1 thread), batch 8: 1.50x rt fp32 (1 thread): the reason"]
+
+
+def test_bench_inputs_are_contiguous_copies_of_the_golden_views():
+    """Every runtime gets one contiguous buffer per input, as an app's frame: a strided view would
+    make the native runtimes copy it inside each timed call while the browser case does not."""
+    import numpy as np
+
+    from pipeline.bench import frame
+
+    base = np.arange(4 * 3 * 4 * 4, dtype=np.float32).reshape(4, 3, 4, 4)
+    views = {"image": base[::2], "query": np.ones((4, 3), np.float32)[:, :2]}
+    assert not any(v.flags["C_CONTIGUOUS"] for v in views.values())
+    framed = frame(views)
+    for name, value in views.items():
+        assert framed[name].flags["C_CONTIGUOUS"]
+        np.testing.assert_array_equal(framed[name], value)
