@@ -33,7 +33,9 @@ class BenchCase:
     # why this variant can be slower than it: the bench prints that reason where it is.
     compare_to: str | None = None
     speed_note: str | None = None
-    warm_call: bool = True  # False for a case that times a cold start (a page load)
+    # False for a case that times a cold start (a page load), or whose run() makes its own untimed
+    # call right before the timed one (the browser: one page round trip for both)
+    warm_call: bool = True
 
 
 def torch_cases(model) -> list[BenchCase]:
