@@ -5,14 +5,27 @@ traceback on a value like "abc". Every task ends a bad input with one line and e
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from invoke import Exit, task
+
+from pipeline.errors import BuildInterrupted
+
+INTERRUPTED = BuildInterrupted.exit_code  # 130, as a shell reports a process stopped by Ctrl-C
 
 VERBOSE = "show tracebacks"
 
 
 def _exit(code: int) -> None:
+    if code == INTERRUPTED:
+        # CPython 3.11 remembers a KeyboardInterrupt raised inside exec() of a string (a dataclass
+        # being built during a lazy torch import, say) even after it was handled, and at exit kills
+        # the process with SIGINT whatever code sys.exit gave (seen as -2 instead of 130). The
+        # interrupted build has already cleaned up and printed its line, so leave directly.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if code:
         raise Exit(code=code)
 
