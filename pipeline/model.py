@@ -106,7 +106,8 @@ def minmax_per_sample(x: torch.Tensor) -> torch.Tensor:
 
 # The colour maths below is written in ops that XNNPACK (ExecuTorch) delegates: it takes exp, log,
 # sub, mul and clamp, but no pow with a non-integer exponent and no comparison or `where`, which
-# ran on ExecuTorch's scalar portable kernels (~1.3 of 9.8 ms at G=32, batch 8). Both rewrites are
+# ran on ExecuTorch's portable kernels (side by side at G=32, D=2048: batch 1 1.54 -> 1.36 ms,
+# batch 8 8.52 -> 7.65 ms). Both rewrites are
 # exact in real arithmetic and change float32 results by rounding only (tests/test_reference.py):
 #   x ** p = exp(p * log x) for x > 0 (each branch clamps its input to its own domain, so log never
 #   sees 0 even where the branch is not taken), and

@@ -609,6 +609,6 @@ def _stored_runner(session: PageSession, model: str):
                 [base64.b64encode(np.ascontiguousarray(inputs["image"], np.float32).tobytes()).decode(),
                  base64.b64encode(np.ascontiguousarray(inputs["query"], np.float32).tobytes()).decode()])
             uploaded["key"] = key
-        return session.page.evaluate("([m, b]) => window.arrcoc.runStored(m, b, true)", [model, inputs["image"].shape[0]])
+        return session.page.evaluate("([m, b]) => window.arrcoc.runStored(m, b)", [model, inputs["image"].shape[0]])
 
     return run
