@@ -87,10 +87,10 @@ def plan(requested: list[Target], registry: dict[str, Target]) -> list[Target]:
 
 
 def run_split(runner: Runner, split: GoldenSplit) -> dict[str, np.ndarray]:
-    """Run a split through a runner: the first sample alone (dynamic batch), the rest in chunks."""
+    """Run a split through a runner: the first sample alone (dynamic batch), the rest in batches
+    of one photo size (the crops together, each whole photo alone)."""
     parts: dict[str, list] = {n: [] for n in OUTPUT_NAMES}
-    bounds = [(0, 1)] + [(s, min(s + runner.max_batch, len(split))) for s in range(1, len(split), runner.max_batch)]
-    for start, stop in bounds:
+    for start, stop in split.runs(runner.max_batch):
         out = runner.run(split.inputs(start, stop))
         for name in OUTPUT_NAMES:
             parts[name].append(np.asarray(out[name]))

@@ -54,21 +54,26 @@ def export_key(ckpt: LoadedCheckpoint) -> str:
 
 
 def example_inputs(cfg: model_module.ModelConfig, batch: int = _EXAMPLE_BATCH, seed: int = 0):
+    """A uint8 photo batch and queries. The photo is neither square nor 16*G on a side, so the
+    export cannot specialise H, W or their relation to a constant."""
     gen = torch.Generator().manual_seed(seed)
-    image = torch.rand(batch, 3, cfg.image_size, cfg.image_size, generator=gen)
+    height, width = cfg.image_size + 13, cfg.image_size * 3 // 2 + 7
+    image = torch.randint(0, 256, (batch, height, width, 3), generator=gen, dtype=torch.uint8)
     query = torch.randn(batch, cfg.query_dim, generator=gen)
     return image, query
 
 
+def dynamic_shapes(max_batch: int = MAX_BATCH) -> dict:
+    """The contract's dynamic dimensions: batch, and the photo's height and width (any size in
+    MIN_SIDE..MAX_SIDE; one size per batch)."""
+    side = dict(min=model_module.MIN_SIDE, max=model_module.MAX_SIDE)
+    batch = Dim("batch", min=1, max=max_batch)
+    return {"image": {0: batch, 1: Dim("height", **side), 2: Dim("width", **side)}, "query": {0: batch}}
+
+
 def export_program(model: torch.nn.Module, cfg: model_module.ModelConfig) -> torch.export.ExportedProgram:
-    batch = Dim("batch", min=1, max=MAX_BATCH)
     with torch.no_grad():
-        return torch.export.export(
-            model,
-            example_inputs(cfg),
-            dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
-            strict=False,
-        )
+        return torch.export.export(model, example_inputs(cfg), dynamic_shapes=dynamic_shapes(), strict=False)
 
 
 def export_form(model: model_module.RelevanceModel, form: str) -> torch.export.ExportedProgram:

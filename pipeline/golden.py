@@ -2,8 +2,12 @@
 
 Photos come from scikit-image and scikit-learn (they load offline). They are split BY PHOTO
 into a calibration part (for quantisation) and a held-out part (for parity), so no held-out
-pixel is ever seen by a calibrator. Each photo gives several square crops resized to the
-model's input size with PIL (Lanczos).
+pixel is ever seen by a calibrator. Every sample is a photo as the contract takes it: uint8
+[H,W,3], RGB, alpha dropped. Two kinds per split:
+  * crops: square crops of each photo resized with PIL (Lanczos) to 16*G, the size the reference
+    resizes to (its own resize is then the identity), batched together;
+  * whole photos at their own sizes and aspects: landscape, portrait, a panorama, one smaller
+    than 16*G, one of 12 MP, each run alone (a batch holds photos of one size).
 
 Query embeddings: a fixed, seeded set of unit vectors of the checkpoint's width D (recorded as
 `query_source`). The reference outputs are computed by the eager PyTorch model in float32.
@@ -20,7 +24,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import InputError
-from .model import OUTPUT_NAMES, ModelConfig
+from .model import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
 
 # Photo name -> loader. Chosen for variety: people, animals, objects, space, microscopy,
 # synthetic colour, a logo with transparency, a street scene, landscapes.
@@ -30,6 +34,18 @@ HELDOUT_PHOTOS = (
     "retina", "logo", "stereo_motorcycle", "flower",
 )
 CROPS = ("centre", "start", "end")
+# Whole photos per split: (name, photo, how it is made from the photo as decoded). Each keeps
+# the photo's own pixels, except where a size has to be made (the small one, the 12 MP one).
+WHOLE_CALIBRATION = (("coffee/whole", "coffee", None), ("colorwheel/whole", "colorwheel", None))
+WHOLE_HELDOUT = (
+    ("chelsea/whole", "chelsea", None),  # landscape 451 x 300
+    ("flower/portrait", "flower", "rotate"),  # portrait 427 x 640: the photo turned upright
+    ("stereo_motorcycle/whole", "stereo_motorcycle", None),  # landscape 741 x 500
+    ("hubble_deep_field/panorama", "hubble_deep_field", "panorama"),  # 1000 x 250, 4:1
+    ("logo/whole", "logo", None),  # RGBA: alpha dropped
+    ("astronaut/small", "astronaut", (96, 128)),  # smaller than 16*G on both sides
+    ("retina/12mp", "retina", (4032, 3024)),  # 12.2 MP, 4:3, as a phone stores it
+)
 MIN_CALIBRATION = 8
 QUERY_SEED = 20261122
 
@@ -37,7 +53,7 @@ QUERY_SEED = 20261122
 @dataclass
 class GoldenSplit:
     names: list[str]
-    images: np.ndarray  # [N,3,S,S] float32 RGB in [0,1]
+    images: list[np.ndarray]  # each uint8 [H,W,3]: a photo as the contract takes it
     queries: np.ndarray  # [N,D] float32
     expected: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -48,12 +64,42 @@ class GoldenSplit:
     def sha256(self) -> str:
         h = hashlib.sha256()
         h.update(json.dumps(self.names).encode())
-        h.update(np.ascontiguousarray(self.images).tobytes())
+        for image in self.images:
+            h.update(str(image.shape).encode())
+            h.update(np.ascontiguousarray(image).tobytes())
         h.update(np.ascontiguousarray(self.queries).tobytes())
         return h.hexdigest()
 
     def inputs(self, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
-        return {"image": self.images[start:stop], "query": self.queries[start:stop]}
+        """The samples start..stop as one batch; they must share one photo size."""
+        images = self.images[start:stop]
+        if len({im.shape for im in images}) > 1:
+            raise ValueError(f"samples {start}..{stop} hold photos of several sizes; use runs() to batch them")
+        return {"image": np.stack(images), "query": self.queries[start:stop]}
+
+    def runs(self, max_batch: int, first_alone: bool = True) -> list[tuple[int, int]]:
+        """(start, stop) batches of consecutive same-size photos, at most max_batch each; the
+        first sample alone when first_alone (so batch 1 is always exercised)."""
+        bounds, start = [], 0
+        if first_alone and len(self):
+            bounds, start = [(0, 1)], 1
+        while start < len(self):
+            stop = start + 1
+            while stop < len(self) and stop - start < max_batch and self.images[stop].shape == self.images[start].shape:
+                stop += 1
+            bounds.append((start, stop))
+            start = stop
+        return bounds
+
+    def subset(self, indices: list[int]) -> "GoldenSplit":
+        pick = lambda arrays: {k: v[indices] for k, v in arrays.items()}  # noqa: E731
+        return GoldenSplit([self.names[i] for i in indices], [self.images[i] for i in indices],
+                           self.queries[indices], pick(self.expected))
+
+    @property
+    def whole(self) -> list[int]:
+        """Indices of the whole photos (the rest are 16*G crops)."""
+        return [i for i, name in enumerate(self.names) if not name.endswith(CROPS)]
 
 
 @dataclass
@@ -82,44 +128,60 @@ def _photo(name: str) -> np.ndarray:
     return img[0] if isinstance(img, tuple) else img
 
 
-def to_rgb_float(img: np.ndarray) -> np.ndarray:
-    """uint8 HxW / HxWx3 / HxWx4 -> float32 HxWx3 in [0,1]; transparency composited on white."""
+def to_rgb_uint8(img: np.ndarray) -> np.ndarray:
+    """uint8 HxW / HxWx3 / HxWx4 -> uint8 HxWx3: grey repeated, alpha dropped (what PIL's
+    convert("RGB") does, and what the reference's image processors feed it)."""
+    if img.dtype != np.uint8:
+        raise ValueError(f"expected 8-bit pixels, got {img.dtype}")
     if img.ndim == 2:
         img = np.stack([img] * 3, axis=-1)
-    img = img.astype(np.float32) / (255.0 if img.dtype == np.uint8 else max(1.0, float(img.max())))
-    if img.shape[-1] == 4:
-        alpha = img[..., 3:4]
-        img = img[..., :3] * alpha + (1.0 - alpha)
-    return np.clip(img[..., :3], 0.0, 1.0)
+    return np.ascontiguousarray(img[..., :3])
 
 
 def square_crop(img: np.ndarray, where: str, size: int) -> np.ndarray:
-    """Square crop (centre, start or end of the long side), resized to size; returns [3,S,S]."""
+    """Square crop (centre, start or end of the long side), resized to size with Lanczos: uint8 [S,S,3]."""
     h, w = img.shape[:2]
     side = min(h, w)
     offset = {"centre": (max(h, w) - side) // 2, "start": 0, "end": max(h, w) - side}[where]
     top, left = (offset, 0) if h > w else (0, offset)
-    crop = img[top : top + side, left : left + side]
-    pil = Image.fromarray((crop * 255.0 + 0.5).astype(np.uint8))
-    resized = np.asarray(pil.resize((size, size), Image.Resampling.LANCZOS), dtype=np.float32)
-    return (resized / 255.0).transpose(2, 0, 1)
+    crop = Image.fromarray(img[top : top + side, left : left + side])
+    return np.asarray(crop.resize((size, size), Image.Resampling.LANCZOS))
 
 
-def load_image_file(path: str | Path, size: int) -> np.ndarray:
-    """A user's image file -> [3,S,S] float32, EXIF orientation applied, centre-cropped."""
+def whole_photo(img: np.ndarray, how) -> np.ndarray:
+    """A whole photo of the golden set from a decoded one (see WHOLE_HELDOUT)."""
+    if how is None:
+        return img
+    if how == "rotate":
+        return np.ascontiguousarray(np.rot90(img))
+    if how == "panorama":
+        h, w = img.shape[:2]
+        top = (h - w // 4) // 2
+        return np.ascontiguousarray(img[top : top + w // 4])
+    return np.asarray(Image.fromarray(img).resize(how, Image.Resampling.LANCZOS))
+
+
+def load_photo(path: str | Path) -> np.ndarray:
+    """A user's image file -> uint8 [H,W,3] as the contract takes it: decoded by PIL, EXIF
+    orientation applied, grey and palette images as RGB, alpha dropped. No crop, no resize."""
     try:
         with Image.open(path) as im:
             im = ImageOps.exif_transpose(im)
             im.load()
-            arr = np.asarray(im.convert("RGBA"))
+            arr = np.asarray(im.convert("RGB"))
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
         raise InputError(
             f"{path}: cannot be decoded as an image ({exc.__class__.__name__})",
-            "use a PNG, JPEG or WebP file, or remove it from the folder",
+            "use a PNG, JPEG or WebP file",
         ) from exc
-    if min(arr.shape[:2]) < 16:
-        raise InputError(f"{path}: image is only {arr.shape[1]}x{arr.shape[0]} pixels", "use an image of at least 16x16")
-    return square_crop(to_rgb_float(arr), "centre", size)
+    check_photo_size(arr.shape[0], arr.shape[1], str(path))
+    return arr
+
+
+def check_photo_size(height: int, width: int, what: str) -> None:
+    if not (MIN_SIDE <= height <= MAX_SIDE and MIN_SIDE <= width <= MAX_SIDE):
+        raise InputError(f"{what}: the photo is {width}x{height} pixels, outside {MIN_SIDE}..{MAX_SIDE} per side",
+                         f"use a photo of {MIN_SIDE} to {MAX_SIDE} pixels per side (downscale larger ones first)")
 
 
 def seeded_queries(count: int, dim: int, seed: int = QUERY_SEED) -> np.ndarray:
@@ -128,23 +190,26 @@ def seeded_queries(count: int, dim: int, seed: int = QUERY_SEED) -> np.ndarray:
     return q / np.linalg.norm(q, axis=1, keepdims=True)
 
 
-def _split(photos: tuple[str, ...], cfg: ModelConfig, query_offset: int) -> GoldenSplit:
+def _split(photos: tuple[str, ...], whole: tuple, cfg: ModelConfig, query_offset: int) -> GoldenSplit:
     names, images = [], []
     for photo in photos:
-        rgb = to_rgb_float(_photo(photo))
+        rgb = to_rgb_uint8(_photo(photo))
         for crop in CROPS:
             names.append(f"{photo}/{crop}")
             images.append(square_crop(rgb, crop, cfg.image_size))
+    for name, photo, how in whole:
+        names.append(name)
+        images.append(whole_photo(to_rgb_uint8(_photo(photo)), how))
     queries = seeded_queries(query_offset + len(names), cfg.query_dim)[query_offset:]
-    return GoldenSplit(names, np.stack(images).astype(np.float32), queries)
+    return GoldenSplit(names, images, queries)
 
 
 def reference_outputs(model: torch.nn.Module, split: GoldenSplit, batch: int = 16) -> dict[str, np.ndarray]:
     """Eager float32 outputs of the model on a split, keyed by output name."""
     outs: dict[str, list] = {name: [] for name in OUTPUT_NAMES}
     with torch.no_grad():
-        for start in range(0, len(split), batch):
-            inp = split.inputs(start, start + batch)
+        for start, stop in split.runs(batch, first_alone=False):
+            inp = split.inputs(start, stop)
             result = model(torch.from_numpy(inp["image"]), torch.from_numpy(inp["query"]))
             for name, value in zip(OUTPUT_NAMES, result):
                 outs[name].append(value.numpy())
@@ -152,8 +217,8 @@ def reference_outputs(model: torch.nn.Module, split: GoldenSplit, batch: int = 1
 
 
 def build_golden_set(model: torch.nn.Module, cfg: ModelConfig) -> GoldenSet:
-    calibration = _split(CALIBRATION_PHOTOS, cfg, query_offset=0)
-    heldout = _split(HELDOUT_PHOTOS, cfg, query_offset=len(calibration))
+    calibration = _split(CALIBRATION_PHOTOS, WHOLE_CALIBRATION, cfg, query_offset=0)
+    heldout = _split(HELDOUT_PHOTOS, WHOLE_HELDOUT, cfg, query_offset=len(calibration))
     if len(calibration) < MIN_CALIBRATION:
         raise InputError(
             f"calibration split has {len(calibration)} samples, fewer than {MIN_CALIBRATION}",
@@ -164,21 +229,33 @@ def build_golden_set(model: torch.nn.Module, cfg: ModelConfig) -> GoldenSet:
     return GoldenSet(calibration, heldout, query_source=f"seeded unit vectors (numpy seed {QUERY_SEED})")
 
 
+BUNDLE_WHOLE = "chelsea/whole"  # the whole non-square photo every on-device self-check runs (451 x 300)
+
+
+def bundle_samples(split: GoldenSplit, count: int = 2) -> list[int]:
+    """The samples a golden bundle carries: the first `count` crops and one whole non-square photo."""
+    return list(range(count)) + [split.names.index(BUNDLE_WHOLE)]
+
+
 def write_bundle(split: GoldenSplit, folder: Path, gate: dict, count: int = 2, topk_dtype: str = "int64") -> list[Path]:
     """A golden bundle for on-device re-checks: golden.json (index + gate) and golden.bin.
 
-    golden.bin is the raw little-endian arrays back to back; golden.json says, per array, its
-    dtype, shape and byte offset, so a browser or a phone can read it without NumPy.
+    Each sample is one batch-1 run (photos differ in size): golden.json lists the samples, each
+    with its arrays' dtype, shape and byte offset into golden.bin (raw little-endian arrays back
+    to back), so a browser or a phone can read it without NumPy.
     """
-    arrays = {
-        "image": split.images[:count],
-        "query": split.queries[:count],
-        **{name: split.expected[name][:count] for name in OUTPUT_NAMES},
-    }
-    if topk_dtype != "int64":
-        arrays["topk_indices"] = arrays["topk_indices"].astype(topk_dtype)
+    arrays, names = {}, []
+    for n, i in enumerate(bundle_samples(split, count)):
+        names.append(split.names[i])
+        arrays.update({f"{n}/image": split.images[i][None], f"{n}/query": split.queries[i : i + 1],
+                       **{f"{n}/{name}": split.expected[name][i : i + 1] for name in OUTPUT_NAMES}})
+        if topk_dtype != "int64":
+            arrays[f"{n}/topk_indices"] = arrays[f"{n}/topk_indices"].astype(topk_dtype)
     index = write_array_bundle(folder / "golden.bin", arrays)
-    meta = {"samples": split.names[:count], "arrays": index, "gate": gate, "reference": "eager PyTorch float32"}
+    samples = [{"name": name, "arrays": {key.split("/", 1)[1]: v for key, v in index.items() if key.startswith(f"{n}/")}}
+               for n, name in enumerate(names)]
+    meta = {"samples": samples, "gate": gate, "reference": "eager PyTorch float32",
+            "image": "uint8 [1,H,W,3]: the photo as decoded (RGB, alpha dropped), any size"}
     (folder / "golden.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return [folder / "golden.json", folder / "golden.bin"]
 

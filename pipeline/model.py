@@ -5,14 +5,17 @@ attending}.py, with kornia), held to it by `pipeline/reference.py` and tests/tes
 The one accepted difference: min-max normalisation is per sample, never across the batch, so one
 image's result does not depend on its batch-mates (at batch 1 the two are identical).
 
-How it gets there faster without changing the numbers (see TextureArray): the reference resizes
-to 16*G, computes LAB, grayscale and a normalised 3x3 Sobel at every pixel, then samples the G x G
-grid bilinearly (align_corners=False). A 16x bilinear downsample reads only pixels 16i+7 and
-16i+8 of each axis, weight 1/2 each, so every texture channel needs just the 4 x 4 window
-16i+6..16i+9 of each cell: 1/16 of the pixels, no full-resolution colour maths, no kornia in the
-graph. The input must therefore be 16*G square (the reference's own resize would be the identity).
+How it gets there faster without changing the numbers (see PhotoWindows and TextureArray): the
+reference stretches the photo to 16*G with a bilinear resize (align_corners=False, no antialias,
+no crop), computes LAB, grayscale and a normalised 3x3 Sobel at every pixel, then samples the
+G x G grid bilinearly (align_corners=False). A 16x bilinear downsample reads only pixels 16i+7
+and 16i+8 of each axis, weight 1/2 each, so every texture channel needs just the 4 x 4 window
+16i+6..16i+9 of each cell: the resize is evaluated at those 4G rows and 4G columns only (two taps
+per axis, indices and weights computed from H and W the way PyTorch computes them), and the
+colour maths runs on 4 taps per cell. No full-resolution image is ever made, no kornia in the graph.
 
-Contract: image [B,3,16G,16G] RGB in [0,1], query [B,D] ->
+Contract: image uint8 [B,H,W,3], the photo as decoded (RGB, rows top to bottom, EXIF orientation
+applied, alpha dropped), 16 <= H, W <= 8192, one size per batch; query float32 [B,D] ->
 relevance [B,G*G] in [0,1], topk_indices int64 [B,K], weights [B,3]
 (information, perspectival, participatory).
 """
@@ -38,8 +41,11 @@ _MINMAX_EPS = 1e-8
 
 # The reference computes its texture at 16 pixels per grid cell (texture.py's intermediate size).
 CELL = 16
-# Largest grid accepted: 128 x 128 patches on a 2048 px input already needs ~50 MB per image.
+# Largest grid accepted: 128 x 128 patches.
 MAX_GRID = 128
+# Photo sides accepted (pixels). 8192 takes 12 MP (4032 x 3024) and 24 MP (6000 x 4000) phone photos;
+# 16 is the smallest photo the texture's 3 x 3 Sobel window still fits after the resize.
+MIN_SIDE, MAX_SIDE = 16, 8192
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ _WINDOW_OUTPUTS = 25
 def _window_kernel() -> torch.Tensor:
     """[25,3,4,4]: one strided convolution computes every linear texture quantity of a cell.
 
-    Applied with stride 4 x CELL to `cell_rows`, it reads exactly each cell's window. The grayscale weights are folded into the Sobel kernels (Sobel is linear, so
+    Applied with stride 4 to the cells' windows (PhotoWindows), it reads exactly each cell's window. The grayscale weights are folded into the Sobel kernels (Sobel is linear, so
     Sobel(gray) = sum_c w_c Sobel(c)); a raw tap value is a one-hot kernel, exact in float (the
     other products are exact zeros).
     """
@@ -197,22 +203,79 @@ def _colour_kernels() -> dict[str, torch.Tensor]:
             "pairs": pairs, "mag_eps": torch.full((4,), 1e-8)}
 
 
-def cell_rows(image: torch.Tensor, grid: int) -> torch.Tensor:
-    """[B,3,CELL*G,CELL*G] -> [B,3,4G,CELL*G-6]: rows 6..9 of every cell, from column 6 on, so a
-    4 x 4 kernel at stride 4 x CELL reads exactly the cells' windows.
-
-    A reshape, one slice and a reshape, rank <= 4 with the batch kept as its own leading
-    dimension, so every target's runtime lowers it and the batch stays dynamic (XNNPACK cannot
-    resize a reshape that folds the batch into another dimension).
-    """
+def _window_offsets(grid: int) -> torch.Tensor:
+    """The 4G rows (or columns) of the 16G-pixel resized image that the texture reads: 16i+6..16i+9."""
     lo, hi = _WINDOW
-    batch, size = image.shape[0], CELL * grid
-    rows = image.reshape(batch, 3 * grid, CELL, size)[:, :, lo:hi, lo:]  # [B, 3G, 4, CELL*G-6]
-    return rows.reshape(batch, 3, (hi - lo) * grid, size - lo)
+    cells = torch.arange(grid, dtype=torch.float32)[:, None] * CELL
+    return (cells + torch.arange(lo, hi, dtype=torch.float32)[None, :]).flatten()
+
+
+def resize_taps(dst: torch.Tensor, n: torch.Tensor, out_size: int):
+    """Where PyTorch's bilinear resize (align_corners=False, no antialias) of an axis of n pixels
+    to out_size reads for the output pixels `dst`: (lower index, upper index, upper weight).
+
+    Float32 throughout, in PyTorch's own order (aten/src/ATen/native/UpSample.h): scale = n / out,
+    src = max(scale * (dst + 0.5) - 0.5, 0), i0 = min(floor(src), n - 1), w1 = clamp(src - i0, 0, 1),
+    i1 = i0 + 1 unless i0 is the last pixel. n is a 0-d float32 tensor (the axis length), so the
+    graph computes the same numbers for every photo size.
+    """
+    scale = n / out_size
+    src = ((dst + 0.5) * scale - 0.5).clamp(min=0.0)
+    last = n - 1.0
+    i0 = torch.minimum(src.floor(), last)
+    w1 = (src - i0).clamp(0.0, 1.0)
+    i1 = torch.minimum(i0 + 1.0, last)
+    return i0.long(), i1.long(), w1
+
+
+class PhotoWindows(nn.Module):
+    """The photo as decoded, uint8 [B,H,W,3] -> float [B,3,4G,4G]: every cell's 4 x 4 window of
+    the reference's resize to 16G x 16G (ToTensor's /255, then the bilinear resize), exactly up
+    to float rounding (~1e-7), and bit for bit at H = W = 16G (the taps are then the pixels
+    themselves, with weight 0 on the second).
+
+    One element gather reads the 8G x 8G source bytes the windows need (two taps per axis),
+    still as uint8; the blend runs in float32 in PyTorch's order (columns, then rows) and the
+    division by 255 comes last, on the 16x fewer blended values (x / 255 commutes with the
+    blend up to rounding, and exactly when a weight is 0).
+    """
+
+    def __init__(self, grid: int):
+        super().__init__()
+        self.grid = grid
+        self.register_buffer("dst", _window_offsets(grid), persistent=False)
+        self.register_buffer("channel", torch.arange(3).reshape(1, 3, 1, 1, 1, 1), persistent=False)
+
+    def forward(self, photo: torch.Tensor) -> torch.Tensor:
+        batch, height, width = photo.shape[0], photo.shape[1], photo.shape[2]
+        w = 4 * self.grid
+        lower, upper, weight = self._taps(height, width)  # each [2,4G]: row taps, column taps
+        # Byte offsets into the flattened batch, laid out [B, 3, row tap, 4G, column tap, 4G] so
+        # that each blend takes whole contiguous blocks. A two-index gather would export as a
+        # Transpose of the whole photo plus GatherND (4 ms at 12 MP); a Gather of 3-byte pixels
+        # costs 2.5x more than GatherElements of bytes (onnxruntime, measured).
+        taps = torch.stack([lower, upper], dim=1)  # [2 axes, 2 taps, 4G]
+        rows = (taps[0] * (3 * width)).reshape(1, 1, 2, w, 1, 1)
+        cols = (taps[1] * 3).reshape(1, 1, 1, 1, 2, w)
+        image_start = (torch.arange(batch) * (height * width * 3)).reshape(batch, 1, 1, 1, 1, 1)
+        offsets = (image_start + self.channel + rows + cols).reshape(1, -1)
+        px = torch.gather(photo.reshape(1, -1), 1, offsets).reshape(batch * 6 * w, 2, w).float()
+        left, right = px.unbind(1)
+        cw1 = weight[1]
+        across = left * (1.0 - cw1) + right * cw1  # columns blended: [B*3*2*4G, 4G]
+        top, bottom = across.reshape(batch * 3, 2, w, w).unbind(1)
+        rw1 = weight[0][:, None]
+        window = top * (1.0 - rw1) + bottom * rw1  # rows blended: [B*3, 4G, 4G]
+        return (window / 255.0).reshape(batch, 3, w, w)
+
+    def _taps(self, height, width):
+        n = torch.stack([torch.scalar_tensor(height, dtype=torch.float32),
+                         torch.scalar_tensor(width, dtype=torch.float32)])[:, None]  # [2,1]
+        return resize_taps(self.dst, n, CELL * self.grid)
 
 
 class TextureArray(nn.Module):
-    """RGB [B,3,16G,16G] -> the reference's 13 texture channels on the G x G grid.
+    """The photo, uint8 [B,H,W,3] -> the reference's 13 texture channels on the G x G grid.
 
     Channels: RGB, L*/100, (a*+128)/255, Sobel gx, gy, magnitude (each min-maxed), y, x,
     eccentricity, magnitude again, L*/100 again. Every channel is the mean of its per-pixel value
@@ -224,6 +287,7 @@ class TextureArray(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.grid = cfg.grid
+        self.windows = PhotoWindows(cfg.grid)
         self.register_buffer("window_kernel", _window_kernel(), persistent=False)
         for name, value in _colour_kernels().items():
             self.register_buffer(name, value, persistent=False)
@@ -233,14 +297,18 @@ class TextureArray(nn.Module):
         pos = torch.stack([yy, xx, ecc / ecc.max()]).unsqueeze(0)
         self.register_buffer("positions", pos, persistent=False)
 
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        cells = F.conv2d(cell_rows(image, self.grid), self.window_kernel, stride=(4, CELL))  # [B,25,G,G]
+    def forward(self, photo: torch.Tensor) -> torch.Tensor:
+        return self.from_windows(self.windows(photo))
+
+    def from_windows(self, windows: torch.Tensor) -> torch.Tensor:
+        """[B,3,4G,4G] cell windows (PhotoWindows) -> [B,13,G,G]."""
+        cells = F.conv2d(windows, self.window_kernel, stride=4)  # [B,25,G,G]
         linear_rgb = _srgb_to_linear(cells[:, _TAP_VALUES])
         lab = F.conv2d(_lab_f(F.conv2d(linear_rgb, self.xy)), self.lab, self.lab_bias)  # [B,2,G,G]
         grads = cells[:, _GX_TAPS.start : _GY_TAPS.stop]
         mag = torch.sqrt(F.conv2d(grads * grads, self.pairs, self.mag_eps)).mean(dim=1, keepdim=True)
         edges = minmax_per_sample_channels(torch.cat([cells[:, _G_MEANS], mag], dim=1))  # gx, gy, mag
-        pos = self.positions.expand(image.shape[0], -1, -1, -1)
+        pos = self.positions.expand(windows.shape[0], -1, -1, -1)
         return torch.cat([cells[:, _RGB_MEANS], lab, edges, pos, edges[:, 2:3], lab[:, 0:1]], dim=1)
 
 
@@ -368,7 +436,7 @@ class RelevanceModel(nn.Module):
         self.balancer = TensionBalancer(cfg)
 
     def forward(self, image: torch.Tensor, query: torch.Tensor):
-        textures = self.texture(image)
+        textures = self.texture(image)  # image: uint8 [B,H,W,3], the photo as decoded
         maps = torch.stack(
             [
                 information_score(textures),

@@ -2,7 +2,8 @@
 
 This is what a user's training code (arr-coc-0-1: texture.py, knowing.py, balancing.py,
 attending.py) computes from the same weights, written out by us step by step in the reference's
-own order: bilinear resize to 16*G, kornia LAB / grayscale / normalised Sobel at every pixel,
+own order, from the photo as decoded: ToTensor (uint8 HWC -> float CHW / 255), the bilinear
+resize of the whole photo to 16*G x 16*G (align_corners=False, no antialias, no crop), kornia LAB / grayscale / normalised Sobel at every pixel,
 bilinear down to G x G (align_corners=False), min-max across the whole batch, the direct
 participatory projection into the D-wide query space, the balancer MLP, top-K.
 
@@ -84,11 +85,17 @@ def balance(maps: list[torch.Tensor], query: torch.Tensor, w: dict) -> tuple[tor
     return _minmax_batch(combined), x
 
 
+def to_tensor(photo: torch.Tensor) -> torch.Tensor:
+    """uint8 [B,H,W,3] -> float32 [B,3,H,W] in [0,1], as torchvision's ToTensor does (divide by 255)."""
+    return photo.permute(0, 3, 1, 2).contiguous().to(torch.float32).div(255)
+
+
 @torch.no_grad()
-def forward(state: dict, cfg: ModelConfig, image: torch.Tensor, query: torch.Tensor):
-    """(relevance [B,G*G], topk_indices [B,K], weights [B,3]) as the reference computes them."""
+def forward(state: dict, cfg: ModelConfig, photo: torch.Tensor, query: torch.Tensor):
+    """(relevance [B,G*G], topk_indices [B,K], weights [B,3]) as the reference computes them from
+    the photo as decoded (uint8 [B,H,W,3], any size)."""
     w = {k: v.float() for k, v in state.items()}
-    tex = texture(image, cfg.grid)
+    tex = texture(to_tensor(photo), cfg.grid)
     maps = [information(tex), tex[:, 7], participatory(tex, query, w)]
     relevance, weights = balance(maps, query, w)
     k = min(cfg.top_k, relevance.shape[1])

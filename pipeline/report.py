@@ -26,7 +26,7 @@ import numpy as np
 
 from .golden import GoldenSplit
 
-SHOWN_SAMPLES = ("astronaut/centre", "chelsea/centre", "stereo_motorcycle/centre")
+SHOWN_SAMPLES = ("astronaut/centre", "chelsea/whole", "flower/portrait", "hubble_deep_field/panorama")
 METRICS = ("relevance_max_abs", "relevance_mean_abs", "weights_max_abs", "topk_overlap_mean", "topk_overlap_min")
 _COLUMNS = 5
 
@@ -170,15 +170,16 @@ def _png(fig) -> str:
 def _draw_panel(ax, image: np.ndarray, relevance: np.ndarray, topk: np.ndarray, title: str) -> None:
     from matplotlib.patches import Rectangle
 
-    size = image.shape[-1]
+    from .overlay import cell_box
+
+    height, width = image.shape[:2]
     grid = int(round(len(relevance) ** 0.5))
-    cell = size / grid
-    ax.imshow(image.transpose(1, 2, 0))
-    ax.imshow(relevance.reshape(grid, grid), cmap="inferno", alpha=0.55, extent=(0, size, size, 0),
+    ax.imshow(image)
+    ax.imshow(relevance.reshape(grid, grid), cmap="inferno", alpha=0.55, extent=(0, width, height, 0),
               interpolation="nearest", vmin=0, vmax=1)
     for idx in topk:
-        r, c = divmod(int(idx), grid)
-        ax.add_patch(Rectangle((c * cell, r * cell), cell, cell, fill=False, lw=0.6, ec="#39ff14"))
+        left, top, right, bottom = cell_box(idx, grid, height, width)
+        ax.add_patch(Rectangle((left, top), right - left, bottom - top, fill=False, lw=0.6, ec="#39ff14"))
     ax.set_title(title, fontsize=7)
     ax.axis("off")
 
@@ -201,7 +202,7 @@ def sample_figure(heldout: GoldenSplit, index: int, runs: list[dict]) -> str:
     rows = -(-(len(panels) + 1) // _COLUMNS)
     fig, axes = plt.subplots(rows, _COLUMNS, figsize=(2.1 * _COLUMNS, 2.3 * rows), squeeze=False)
     image = heldout.images[index]
-    axes[0][0].imshow(image.transpose(1, 2, 0))
+    axes[0][0].imshow(image)
     axes[0][0].set_title(heldout.names[index], fontsize=7)
     axes[0][0].axis("off")
     for ax, (title, rel, idx) in zip(axes.flat[1:], panels):

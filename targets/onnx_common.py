@@ -11,14 +11,14 @@ from pipeline.errors import ExportError
 from pipeline.model import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
 from pipeline.target import Runner
 
-_ONNX_DTYPES = {"image": "tensor(float)", "query": "tensor(float)", "relevance": "tensor(float)",
+_ONNX_DTYPES = {"image": "tensor(uint8)", "query": "tensor(float)", "relevance": "tensor(float)",
                 "topk_indices": "tensor(int64)", "weights": "tensor(float)"}
 
 
 def contract_shapes(cfg: ModelConfig) -> dict[str, list]:
-    """The I/O contract with the batch dimension as None."""
+    """The I/O contract; None marks a dynamic dimension (batch; the photo's height and width)."""
     return {
-        "image": [None, 3, cfg.image_size, cfg.image_size],
+        "image": [None, None, None, 3],
         "query": [None, cfg.query_dim],
         "relevance": [None, cfg.num_patches],
         "topk_indices": [None, cfg.top_k],
@@ -76,9 +76,8 @@ def export_onnx(program, cfg: ModelConfig, path: Path, log) -> Path:
     import torch
     from torch.export import Dim
 
-    from pipeline.export import MAX_BATCH, example_inputs
+    from pipeline.export import dynamic_shapes, example_inputs
 
-    batch = Dim("batch", min=1, max=MAX_BATCH)
     captured = io.StringIO()
     try:
         with contextlib.redirect_stdout(captured), quiet_torch_onnx():
@@ -88,7 +87,7 @@ def export_onnx(program, cfg: ModelConfig, path: Path, log) -> Path:
                 str(path),
                 input_names=list(INPUT_NAMES),
                 output_names=list(OUTPUT_NAMES),
-                dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
+                dynamic_shapes=dynamic_shapes(),
                 external_data=False,
                 # onnxscript's optimiser (0.7.2) folds `x + c` to `x` when c is allclose to 0,
                 # deleting every 1e-8 epsilon: flat images then give NaN (0/0 in min-max) and
@@ -142,11 +141,21 @@ def check_io_contract(session, cfg: ModelConfig) -> list[str]:
             continue
         if arg.type != _ONNX_DTYPES[name]:
             problems.append(f"{name} is {arg.type}, expected {_ONNX_DTYPES[name]}")
-        if isinstance(arg.shape[0], int) or list(arg.shape[1:]) != shape[1:]:
-            problems.append(f"{name} has shape {arg.shape}, expected [batch, {', '.join(map(str, shape[1:]))}]")
+        if not _shape_matches(list(arg.shape), shape):
+            problems.append(f"{name} has shape {arg.shape}, expected {_shape_text(shape)}")
     if problems:
         raise ExportError(f"I/O contract broken: {'; '.join(problems)}", "fix the export so names and shapes match the contract")
-    return ["I/O contract: names, dtypes, dynamic batch and fixed dims match"]
+    return ["I/O contract: names, dtypes, dynamic batch / photo height / width and fixed dims match"]
+
+
+def _shape_matches(have: list, want: list) -> bool:
+    """A None in `want` must be dynamic (a name or unknown) in `have`; an int must be that int."""
+    return len(have) == len(want) and all(
+        (not isinstance(h, int)) if w is None else h == w for h, w in zip(have, want))
+
+
+def _shape_text(shape: list) -> str:
+    return "[" + ", ".join("dynamic" if d is None else str(d) for d in shape) + "]"
 
 
 def ort_session(path: Path, level: str = "ORT_ENABLE_ALL", threads: int = 0, spinning: bool = True):

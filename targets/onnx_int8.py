@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError, GateError, InputError
-from pipeline.golden import MIN_CALIBRATION, QUERY_SEED, GoldenSplit, load_image_file, reference_outputs, seeded_queries
+from pipeline.golden import MIN_CALIBRATION, QUERY_SEED, GoldenSplit, load_photo, reference_outputs, seeded_queries
 from pipeline.parity import LOSSLESS, LOSSY, Gate, parity_metrics
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
@@ -90,7 +90,7 @@ def user_calibration_split(folder: Path, cfg) -> GoldenSplit:
             f"calibration folder {folder} has {len(files)} image(s), fewer than {MIN_CALIBRATION}",
             f"add at least {MIN_CALIBRATION} representative photos (never the held-out ones)",
         )
-    images = np.stack([load_image_file(p, cfg.image_size) for p in files]).astype(np.float32)
+    images = [load_photo(p) for p in files]  # whole photos, as the artifact takes them
     # Seeded like the golden queries, from a seed of their own so they never repeat the held-out ones.
     queries = seeded_queries(len(files), cfg.query_dim, seed=QUERY_SEED + 1)
     return GoldenSplit([p.name for p in files], images, queries)
@@ -100,7 +100,7 @@ class _Reader:
     """onnxruntime CalibrationDataReader over a split, in small batches."""
 
     def __init__(self, split: GoldenSplit):
-        self.batches = [split.inputs(s, s + CALIBRATION_BATCH) for s in range(0, len(split), CALIBRATION_BATCH)]
+        self.batches = [split.inputs(a, b) for a, b in split.runs(CALIBRATION_BATCH, first_alone=False)]
         self.pos = 0
 
     def get_next(self):
