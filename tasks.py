@@ -69,6 +69,30 @@ def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
     _exit(cli.merge(parts, out, checkpoint, verbose))
 
 
+def _runtimes_help() -> str:
+    from pipeline.predict import PREFERRED
+
+    return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's first variant), or target:variant "
+            "(e.g. executorch:int8, onnx-int8:fp32-ort); default: the fastest published in --out "
+            "(by its bench.json when there is one)")
+
+
+@task(help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded",
+            "query": "the question as text (checkpoints whose query width has an encoder here: D=384)",
+            "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
+            "out": "output folder with published artifacts; default: artifacts/",
+            "runtime": _runtimes_help(),
+            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights} to this file",
+            "heatmap": "write the photo with the relevance map and the top-K cells drawn on it (PNG)",
+            "verbose": VERBOSE})
+def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
+            verbose=False):
+    """Run a published artifact on one whole photo and a query: top-K cells and the three weights."""
+    from pipeline import cli
+
+    _exit(cli.predict(image, query, query_embedding, out, runtime, json, heatmap, verbose))
+
+
 @task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)",
             "verbose": VERBOSE})
 def serve(c, out=None, port=None, verbose=False):

@@ -98,19 +98,41 @@ def frame(inputs: dict) -> dict:
     return {name: np.ascontiguousarray(value) for name, value in inputs.items()}
 
 
-def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int) -> list[dict]:
+def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int, case: str | None = None,
+             inputs: dict | None = None) -> list[dict]:
+    label, bytes_in = case, sum(v.nbytes for v in (inputs or {}).values()) or None
     baseline = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("torch eager")}
     literal = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("reference")}
     rows = []
     for case, t in zip(cases, times):
         median = float(np.median(t))
-        rows.append({"case": f"batch {batch}", "runtime": case.runtime, "batch": batch,
+        rows.append({"case": label or f"batch {batch}", "runtime": case.runtime, "batch": batch,
+                     "input_bytes": bytes_in,
                      "threads": case.threads or "default", "median_ms": round(median, 4),
                      "p90_ms": round(float(np.percentile(t, 90)), 4), "runs": len(t),
                      "clock": "in the runtime (self-timed)" if case.self_timed else "python perf_counter",
                      "vs_torch_eager": round(baseline[case.threads] / median, 3) if case.threads in baseline else None,
                      "vs_reference": round(literal[case.threads] / median, 3) if case.threads in literal else None})
     return rows
+
+
+# Whole photos timed at batch 1 besides the 16*G crops: a phone photo at 1024 x 768, and 12 MP.
+WHOLE_PHOTO_SIZES = ((1024, 768), (4032, 3024))  # (width, height)
+
+
+def bench_inputs(heldout, cfg, batches) -> list[tuple[str, dict]]:
+    """(case label, contiguous inputs): 16*G crops at each batch, then whole photos at batch 1
+    (a held-out photo resized to each size with Lanczos; the 12 MP one is the golden set's own)."""
+    from PIL import Image
+
+    out = [(f"batch {b}" + (f" ({cfg.image_size}x{cfg.image_size} crops)" if b == batches[0] else ""),
+            frame(heldout.inputs(0, b))) for b in batches]
+    base = heldout.images[heldout.names.index("stereo_motorcycle/whole")]
+    for width, height in WHOLE_PHOTO_SIZES:
+        photo = np.asarray(Image.fromarray(base).resize((width, height), Image.Resampling.LANCZOS))
+        query = heldout.queries[:1]
+        out.append((f"photo {width}x{height}", frame({"image": photo[None], "query": query})))
+    return out
 
 
 def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print) -> dict:
@@ -129,10 +151,11 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
         if entry.get("status") in ("published",) and name in targets:
             cases += targets[name].bench_cases(out, entry)
     rows = []
-    for batch in batches:
+    for label, inputs in bench_inputs(heldout, ckpt.config, batches):
+        batch = len(inputs["image"])
         fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
-        log(f"bench: batch {batch}, {len(fit)} cases x {runs} interleaved rounds")
-        rows += rows_for(fit, time_cases(fit, frame(heldout.inputs(0, batch)), runs), batch)
+        log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
+        rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
     result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256, "rows": rows, "notes": speed_notes(cases, rows)}
@@ -161,9 +184,9 @@ def speed_notes(cases: list[BenchCase], rows: list[dict]) -> list[str]:
 
 
 def format_rows(rows: list[dict]) -> str:
-    head = ("case", "runtime", "median ms", "p90 ms", "x vs torch eager", "x vs reference")
+    head = ("case", "input bytes", "runtime", "median ms", "p90 ms", "x vs torch eager", "x vs reference")
     ratio = lambda v: "-" if v is None else f"{v:.2f}x"
-    table = [head] + [(r["case"], r["runtime"], f"{r['median_ms']:.3f}", f"{r['p90_ms']:.3f}",
-                       ratio(r["vs_torch_eager"]), ratio(r.get("vs_reference"))) for r in rows]
+    table = [head] + [(r["case"], f"{r.get('input_bytes') or 0:,}", r["runtime"], f"{r['median_ms']:.3f}",
+                       f"{r['p90_ms']:.3f}", ratio(r["vs_torch_eager"]), ratio(r.get("vs_reference"))) for r in rows]
     widths = [max(len(str(r[i])) for r in table) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)

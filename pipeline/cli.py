@@ -258,6 +258,48 @@ def _bench(root: Path, runs: int) -> int:
     return 0
 
 
+def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False) -> int:
+    """`invoke predict`: one whole photo and a query through a published artifact."""
+    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap), verbose)
+
+
+def _predict(image, query, query_embedding, out, runtime, json_path, heatmap) -> int:
+    import json
+
+    import targets as target_table
+
+    from . import predict as pr
+    from .publish import read_manifest
+
+    if (query is None) == (query_embedding is None):
+        from .errors import InputError
+
+        raise InputError("give exactly one of --query TEXT and --query-embedding FILE.npy",
+                         "e.g. --query 'where is the cat?' or --query-embedding q.npy (float32 [D])")
+    photo = opts.existing_file("image", image)
+    embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
+    json_file = opts.writable_file("json", json_path) if json_path is not None else None
+    heatmap_file = opts.writable_file("heatmap", heatmap) if heatmap is not None else None
+    root = Path(out) if out else DEFAULT_OUT
+    manifest = read_manifest(root)
+    if not manifest.get("targets"):
+        from .errors import InputError
+
+        raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
+    result = pr.predict(root, manifest, target_table.TARGETS, photo, query, embedding, runtime)
+    print(pr.describe(result))
+    if json_file:
+        json_file.write_text(json.dumps(result.to_json()) + "\n")
+        print(f"json: {json_file}")
+    if heatmap_file:
+        from .golden import load_photo
+        from .overlay import heatmap as draw
+
+        draw(load_photo(photo), result.relevance, result.topk_indices, result.grid).save(heatmap_file)
+        print(f"heatmap: {heatmap_file}")
+    return 0
+
+
 def serve(out: str | None, port, verbose: bool = False) -> int:
     """`invoke serve`: the built web demo on localhost until Ctrl-C."""
     from .serve import serve_forever

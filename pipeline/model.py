@@ -245,21 +245,29 @@ class PhotoWindows(nn.Module):
         self.grid = grid
         self.register_buffer("dst", _window_offsets(grid), persistent=False)
         self.register_buffer("channel", torch.arange(3).reshape(1, 3, 1, 1, 1, 1), persistent=False)
+        self.register_buffer("bytes_per_pixel", torch.tensor(3), persistent=False)
 
     def forward(self, photo: torch.Tensor) -> torch.Tensor:
         batch, height, width = photo.shape[0], photo.shape[1], photo.shape[2]
         w = 4 * self.grid
         lower, upper, weight = self._taps(height, width)  # each [2,4G]: row taps, column taps
-        # Byte offsets into the flattened batch, laid out [B, 3, row tap, 4G, column tap, 4G] so
+        # Byte offsets into each flattened photo, laid out [B, 3, row tap, 4G, column tap, 4G] so
         # that each blend takes whole contiguous blocks. A two-index gather would export as a
         # Transpose of the whole photo plus GatherND (4 ms at 12 MP); a Gather of 3-byte pixels
         # costs 2.5x more than GatherElements of bytes (onnxruntime, measured).
         taps = torch.stack([lower, upper], dim=1)  # [2 axes, 2 taps, 4G]
+        # Integer maths without Python scalars: torchao's prepare_pt2e (ExecuTorch int8) lifts a
+        # scalar into a float32 constant, which would turn these byte offsets into floats.
         rows = (taps[0] * (3 * width)).reshape(1, 1, 2, w, 1, 1)
-        cols = (taps[1] * 3).reshape(1, 1, 1, 1, 2, w)
-        image_start = (torch.arange(batch) * (height * width * 3)).reshape(batch, 1, 1, 1, 1, 1)
-        offsets = (image_start + self.channel + rows + cols).reshape(1, -1)
-        px = torch.gather(photo.reshape(1, -1), 1, offsets).reshape(batch * 6 * w, 2, w).float()
+        cols = (taps[1] * self.bytes_per_pixel).reshape(1, 1, 1, 1, 2, w)
+        # Each photo keeps its own row of the flattened view: folding the batch in as well would
+        # make one dimension of up to batch x 8192 x 8192 x 3, past the int32 sizes of an
+        # ExecuTorch program. The zeros give the offsets their batch dimension in the same add
+        # (x - x of the photo's first byte: prepare_pt2e also drops torch.zeros' dtype keyword).
+        first = photo[:, :1, :1, :1].to(torch.long)
+        per_photo = (first - first).reshape(batch, 1, 1, 1, 1, 1)
+        offsets = (per_photo + self.channel + rows + cols).reshape(batch, -1)
+        px = torch.gather(photo.reshape(batch, -1), 1, offsets).reshape(batch * 6 * w, 2, w).float()
         left, right = px.unbind(1)
         cw1 = weight[1]
         across = left * (1.0 - cw1) + right * cw1  # columns blended: [B*3*2*4G, 4G]

@@ -116,6 +116,11 @@ class Target:
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         raise NotImplementedError
 
+    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner | None:
+        """Optional: published variant `variant` (its files listed in `entry`, under `out`) loaded in
+        this target's real runtime, for `invoke predict`. None: no runtime for it in this process."""
+        return None
+
     def bench_cases(self, out: Path, entry: dict) -> list:
         """Optional: `pipeline.bench.BenchCase`s for `invoke bench`, built from this target's
         published files in `out` (`entry` is its manifest entry). The harness times every

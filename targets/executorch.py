@@ -29,8 +29,8 @@ from .onnx_common import param_bytes
 FP32_FILE = "model_fp32.pte"
 INT8_FILE = "model_int8.pte"
 # ExecuTorch ScalarType codes (as in c10) of the contract's dtypes: 6 = Float, 4 = Long.
-_SCALAR_TYPES = {6: "float32", 4: "int64", 3: "int32"}
-_EXPECTED_DTYPES = {"image": "float32", "query": "float32", "relevance": "float32", "topk_indices": "int64", "weights": "float32"}
+_SCALAR_TYPES = {0: "uint8", 6: "float32", 4: "int64", 3: "int32"}
+_EXPECTED_DTYPES = {"image": "uint8", "query": "float32", "relevance": "float32", "topk_indices": "int64", "weights": "float32"}
 
 
 def _budgets(ctx: BuildContext) -> tuple[int, int]:
@@ -64,11 +64,23 @@ def delegation_summary(edge_program) -> dict:
 
 
 def planned_batch(path: Path) -> int:
-    """The batch ExecuTorch planned input memory for: the largest batch the .pte accepts.
+    """The batch ExecuTorch planned memory for (its intermediates; inputs are the caller's): the
+    largest batch the .pte accepts.
 
     Read from the program's MethodMeta, not from the exported range (the lowering keeps the
     .pt2's symbolic bound of 64 but the memory plan settles lower, 15 measured here)."""
     return int(_method(path).metadata.input_tensor_meta(0).sizes()[0])
+
+
+def _backend_config():
+    """Graph inputs are not memory-planned: the caller hands over the photo's own buffer. Planned,
+    the input would be sized for the upper bounds (15 x 8192 x 8192 x 3 bytes), which does not even
+    fit the planner's int32 sizes; every intermediate the model makes is small (the gathered
+    8G x 8G bytes, the G x G maps)."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
 
 
 def lower(program, path: Path) -> dict:
@@ -79,8 +91,8 @@ def lower(program, path: Path) -> dict:
     try:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         lowered = edge.exported_program()
-        info = {"delegation": delegation_summary(lowered)}
-        path.write_bytes(edge.to_executorch().buffer)
+        info = {"delegation": delegation_summary(lowered), "graph_inputs_planned": False}
+        path.write_bytes(edge.to_executorch(_backend_config()).buffer)
     except Exception as exc:  # the lowering raises many unrelated types
         raise ExportError(
             f"ExecuTorch lowering failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
@@ -110,10 +122,9 @@ def quantize_dynamic_int8(ctx: BuildContext):
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
-    from torch.export import Dim
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from pipeline.export import MAX_BATCH, example_inputs
+    from pipeline.export import dynamic_shapes, example_inputs
 
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
     program = ctx.program.load()
@@ -122,13 +133,11 @@ def quantize_dynamic_int8(ctx: BuildContext):
     prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_module_type(torch.nn.Linear, config))
     # Dynamic quantisation needs no calibration statistics; one pass on the calibration split
     # (never the held-out one) runs the observers once, as PT2E expects.
-    cal = ctx.golden.calibration
+    cal = ctx.golden.calibration.inputs(0, 4)
     with torch.no_grad():
-        prepared(torch.from_numpy(np.ascontiguousarray(cal.images[:4])), torch.from_numpy(np.ascontiguousarray(cal.queries[:4])))
+        prepared(torch.from_numpy(cal["image"]), torch.from_numpy(cal["query"]))
     converted = convert_pt2e(prepared)
-    batch = Dim("batch", min=1, max=MAX_BATCH)
-    return torch.export.export(converted, example_inputs(ctx.config),
-                               dynamic_shapes={"image": {0: batch}, "query": {0: batch}}, strict=False)
+    return torch.export.export(converted, example_inputs(ctx.config), dynamic_shapes=dynamic_shapes(), strict=False)
 
 
 class ExecutorchTarget(Target):
@@ -163,6 +172,10 @@ class ExecutorchTarget(Target):
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return pte_runner(variant.files[0], variant.info["max_batch"])
+
+    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner:
+        v = entry["variants"][variant]
+        return pte_runner(out / v["files"][0], v["info"]["max_batch"])
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         """Each published .pte in the ExecuTorch runtime on its default XNNPACK pool (one thread per
@@ -202,7 +215,10 @@ def check_method_meta(path: Path, cfg) -> list[str]:
     if meta.num_inputs() != 2 or meta.num_outputs() != 3:
         raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / 3",
                           "the exported program must take (image, query) and return (relevance, topk_indices, weights)")
-    want = {"image": [3, cfg.image_size, cfg.image_size], "query": [cfg.query_dim],
+    from pipeline.model import MAX_SIDE
+
+    # Dynamic dimensions show their upper bounds: the photo's height and width up to MAX_SIDE.
+    want = {"image": [MAX_SIDE, MAX_SIDE, 3], "query": [cfg.query_dim],
             "relevance": [cfg.num_patches], "topk_indices": [cfg.top_k], "weights": [3]}
     infos = [meta.input_tensor_meta(i) for i in range(2)] + [meta.output_tensor_meta(i) for i in range(3)]
     problems = []
@@ -213,7 +229,8 @@ def check_method_meta(path: Path, cfg) -> list[str]:
     if problems:
         raise ExportError(f"{path.name}: I/O contract broken: {'; '.join(problems)}",
                           "fix the export so dtypes and shapes match the contract")
-    return ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and fixed dims match (topk int64)"]
+    return ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and dims match (image uint8 up to "
+            f"{MAX_SIDE} x {MAX_SIDE}, topk int64)"]
 
 
 def pte_runner(path: Path, max_batch: int) -> Runner:
@@ -224,7 +241,8 @@ def pte_runner(path: Path, max_batch: int) -> Runner:
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # The runtime reads a non-contiguous tensor as if it were contiguous: copy only those (an
         # unconditional copy cost 0.3 ms of 1.8 at G=32 batch 1 and 2.5 of 11 ms at batch 8, measured).
-        args = [torch.from_numpy(np.ascontiguousarray(inputs[k], dtype=np.float32)) for k in ("image", "query")]
+        args = [torch.from_numpy(np.ascontiguousarray(inputs["image"], dtype=np.uint8)),
+                torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))]
         outs = method.execute(args)
         return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
 

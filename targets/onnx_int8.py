@@ -333,6 +333,9 @@ class OnnxInt8Target(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return onnx_common.ort_runner(variant.files[0])
 
+    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner:
+        return onnx_common.ort_runner(out / entry["variants"][variant]["files"][0])  # .onnx or .ort
+
     def bench_cases(self, out: Path, entry: dict) -> list:
         # every published flavour: the quantised .onnx and both .ort files, timed in onnxruntime,
         # each quantised one compared with its FP32 (the onnx target's model, or the FP32 .ort)

@@ -91,6 +91,9 @@ class PtlTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return ptl_runner(variant.files[0])
 
+    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner:
+        return ptl_runner(out / entry["variants"][variant]["files"][0])
+
     def bench_cases(self, out: Path, entry: dict) -> list:
         import torch
 
@@ -113,7 +116,8 @@ def ptl_runner(path: Path) -> Runner:
     module = _load(path)
 
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        image, query = (torch.from_numpy(np.ascontiguousarray(inputs[k], dtype=np.float32)) for k in ("image", "query"))
+        image = torch.from_numpy(np.ascontiguousarray(inputs["image"], dtype=np.uint8))
+        query = torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))
         with _quiet():  # no torch.no_grad(): called as an app calls it (its parameters need no grad)
             outs = module(image, query)
         return {name: out.numpy() for name, out in zip(OUTPUT_NAMES, outs)}
