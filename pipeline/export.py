@@ -76,15 +76,27 @@ def export_program(model: torch.nn.Module, cfg: model_module.ModelConfig) -> tor
         return torch.export.export(model, example_inputs(cfg), dynamic_shapes=dynamic_shapes(), strict=False)
 
 
-def export_form(model: model_module.RelevanceModel, form: str) -> torch.export.ExportedProgram:
-    """The same weights exported with the other exact participatory form (model.py), for a target
-    whose own measurement needs it; the model itself is left as it was."""
+def model_form(model: model_module.RelevanceModel, form: str | None = None,
+               fast_path: bool = True) -> model_module.RelevanceModel:
+    """A copy of the model computing the same numbers in another exact form (model.py): the other
+    participatory form, or no 16G fast path (no torch.cond) for runtimes without control flow.
+    The model itself is left as it was."""
     import copy
 
+    form = form or model.participatory_scorer.form
     if form not in model_module.PARTICIPATORY_FORMS:
         raise ValueError(f"unknown participatory form {form!r}; one of {model_module.PARTICIPATORY_FORMS}")
     variant = copy.deepcopy(model)
     variant.participatory_scorer.form = form
+    variant.texture.windows.fast_path = fast_path
+    return variant
+
+
+def export_form(model: model_module.RelevanceModel, form: str | None = None,
+                fast_path: bool = True) -> torch.export.ExportedProgram:
+    """The same weights exported in another exact form (model_form), for a target whose runtime
+    or own measurement needs it."""
+    variant = model_form(model, form, fast_path)
     return export_program(variant, variant.cfg)
 
 

@@ -98,10 +98,17 @@ def embed_queries(queries: list[str]) -> torch.Tensor:
     return torch.from_numpy(vectors[[index[q] for q in queries]])
 
 
+def as_photos(images: np.ndarray) -> torch.Tensor:
+    """Scene images (float [S,3,224,224], each value k/255 of the canvas they were drawn on) as the
+    model's input, uint8 [S,224,224,3]: exactly the canvas bytes (the scenes' recorded sha256 is of
+    the float form, so the data stays as it is)."""
+    return torch.from_numpy(np.ascontiguousarray(np.rint(images * 255.0).astype(np.uint8).transpose(0, 2, 3, 1)))
+
+
 @torch.no_grad()
 def features(texture: TextureArray, data: sc.SceneSet, batch: int = 64) -> Features:
     images = data.images
-    textures = torch.cat([texture(torch.from_numpy(images[i : i + batch])) for i in range(0, len(images), batch)])
+    textures = torch.cat([texture(as_photos(images[i : i + batch])) for i in range(0, len(images), batch)])
     fixed = torch.stack([information_score(textures), perspectival_score(textures)], dim=1).flatten(2)
     return Features(textures, fixed, embed_queries(data.queries),
                     torch.from_numpy(data.scene_of), torch.from_numpy(data.masks.astype(np.float32)))

@@ -103,6 +103,19 @@ def lower(program, path: Path) -> dict:
     return info
 
 
+GENERAL_PROGRAM = ("the build's program without its 16G fast path (torch.cond): ExecuTorch's emitter rejects "
+                   "the shape predicate ('invalid target for call_function and_'); every photo size takes the "
+                   "general resize, which computes the same numbers")
+
+
+def general_program(ctx: BuildContext):
+    """The checkpoint exported without the torch.cond fast path (see GENERAL_PROGRAM)."""
+    from pipeline.export import export_form
+
+    ctx.log("[executorch] exporting the program without its 16G fast path (no control flow)")
+    return export_form(ctx.checkpoint.model, fast_path=False)
+
+
 INT8_SPEED_NOTE = ("dynamic int8 quantises the activations of every int8 linear layer at run time, and the "
                    "layers it quantises (the balancer) are a small part of the work: the texture front end and "
                    "the reduced participatory head stay float")
@@ -127,7 +140,7 @@ def quantize_dynamic_int8(ctx: BuildContext):
     from pipeline.export import dynamic_shapes, example_inputs
 
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
-    program = ctx.program.load()
+    program = general_program(ctx)
     # nn.Linear modules only: the balancer (most of the bytes). set_global would also quantise the
     # fixed texture convolutions, whose 8-bit activations are what ruins the ranking (TOOLCHAIN.md).
     prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_module_type(torch.nn.Linear, config))
@@ -150,13 +163,15 @@ class ExecutorchTarget(Target):
     def build(self, ctx: BuildContext) -> list[Variant]:
         fp32_budget, int8_budget = _budgets(ctx)
         ctx.log(f"[{self.name}] lowering FP32 to XNNPACK")
-        fp32_info = lower(ctx.program.load(), ctx.staging / FP32_FILE)
+        fp32_info = lower(general_program(ctx), ctx.staging / FP32_FILE)
+        fp32_info["program"] = GENERAL_PROGRAM
         ctx.log(f"[{self.name}] quantising (dynamic int8) and lowering")
         int8_info = lower(quantize_dynamic_int8(ctx), ctx.staging / INT8_FILE)
         int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
                                      "(the balancer's nn.Linear layers), activations quantised at run time")
         int8_info["participatory_form"] = ctx.checkpoint.model.participatory_scorer.form
         int8_info["speed_note"] = INT8_SPEED_NOTE
+        int8_info["program"] = GENERAL_PROGRAM
         return [
             Variant("fp32", [ctx.staging / FP32_FILE], _gate(LOSSLESS, fp32_budget), fp32_budget,
                     primary=True, info=fp32_info),

@@ -40,13 +40,13 @@ def _quiet():
 def trace_to_ptl(model, cfg, path: Path) -> Path:
     """Trace a copy whose parameters do not require grad: saved with requires_grad, every output
     of the .ptl would require grad and an app would pay autograd bookkeeping on each call."""
-    import copy
-
     import torch
 
-    from pipeline.export import example_inputs
+    from pipeline.export import example_inputs, model_form
 
-    frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    # TorchScript's tracer cannot record torch.cond: trace the general resize, which computes the
+    # same numbers for every size (a 16G photo only misses the fast path)
+    frozen = model_form(model, fast_path=False).eval().requires_grad_(False)
     try:
         with _quiet(), torch.no_grad():
             traced = torch.jit.trace(frozen, example_inputs(cfg, batch=2), check_trace=False)
@@ -77,6 +77,7 @@ class PtlTarget(Target):
         budget = int(param_bytes(ctx.checkpoint.model) * 1.5) + 256 * 1024
         gate = Gate({**LOSSLESS.maxima, "size_bytes": budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
         info = {"format": "TorchScript lite interpreter (bytecode)", "traced_batch": 2,
+                "program": "general resize for every photo size (the tracer cannot record the 16G fast path's torch.cond)",
                 "optimize_for_mobile": False, "parameters_require_grad": False, "deprecated": self.notes}
         return [Variant("fp32", [path], gate, budget, primary=True, info=info)]
 

@@ -10,8 +10,8 @@ from pipeline.model import ModelConfig, build_model, learned_shapes
 
 @pytest.fixture(scope="module")
 def batch(golden):
-    split = golden.heldout
-    return torch.from_numpy(split.images[:6]), torch.from_numpy(split.queries[:6])
+    inputs = golden.heldout.inputs(0, 6)
+    return torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"])
 
 
 def test_output_shapes_and_dtypes(loaded, batch):
@@ -54,11 +54,12 @@ def test_batch_of_n_equals_n_single_runs(loaded, batch):
         assert set(alone[1][0].tolist()) == set(together[1][i].tolist())
 
 
-@pytest.mark.parametrize("value", [0.0, 0.5, 1.0])
-def test_flat_images_stay_finite(loaded, value):
+@pytest.mark.parametrize("value", [0, 128, 255])
+@pytest.mark.parametrize("size", [(224, 224), (17, 300)])
+def test_flat_images_stay_finite(loaded, value, size):
     """A blank frame has no edges and no entropy contrast: min-max must not divide by zero."""
     cfg = loaded.config
-    image = torch.full((2, 3, cfg.image_size, cfg.image_size), value)
+    image = torch.full((2, *size, 3), value, dtype=torch.uint8)
     relevance, topk, weights = loaded.model(image, torch.randn(2, cfg.query_dim))
     assert torch.isfinite(relevance).all() and torch.isfinite(weights).all()
 
@@ -79,9 +80,32 @@ def test_seeded_build_is_reproducible():
 
 def test_config_rejects_impossible_shapes():
     with pytest.raises(ValueError):
-        ModelConfig(image_size=448, grid=14)
+        ModelConfig(image_size=448, grid=14)  # the reference resizes to 16 x grid
     with pytest.raises(ValueError):
         ModelConfig(top_k=0)
+
+
+def test_golden_sets_hold_whole_photos_of_every_kind(golden, loaded):
+    """Crops at 16G, and whole photos: landscape, portrait, a panorama, one smaller than 16G on
+    both sides, one of at least 12 MP; all uint8 RGB as the contract takes them."""
+    split, s = golden.heldout, loaded.config.image_size
+    shapes = [split.images[i].shape for i in split.whole]
+    assert all(im.dtype == np.uint8 and im.ndim == 3 and im.shape[2] == 3 for im in split.images)
+    assert {split.images[i].shape for i in range(len(split)) if i not in split.whole} == {(s, s, 3)}
+    assert any(w > h for h, w, _ in shapes) and any(h > w for h, w, _ in shapes)
+    assert any(w >= 3 * h for h, w, _ in shapes), "a panorama"
+    assert any(h < s and w < s for h, w, _ in shapes), "smaller than 16G"
+    assert any(h * w >= 12_000_000 for h, w, _ in shapes), "12 MP"
+    assert golden.calibration.whole and not set(golden.calibration.names) & set(split.names)
+
+
+def test_a_batch_holds_photos_of_one_size(golden):
+    split = golden.heldout
+    for start, stop in split.runs(8):
+        assert 1 <= stop - start <= 8 and len({split.images[i].shape for i in range(start, stop)}) == 1
+    assert [b for a, b in split.runs(8)][-1] == len(split)
+    with pytest.raises(ValueError, match="several sizes"):
+        split.inputs(split.whole[0] - 1, split.whole[0] + 1)
 
 
 def test_golden_splits_are_disjoint_and_eager(golden, loaded):
@@ -90,6 +114,7 @@ def test_golden_splits_are_disjoint_and_eager(golden, loaded):
     assert calib and held and not calib & held
     assert len(golden.calibration) >= 8 and len(golden.heldout) >= 16
     with torch.no_grad():
-        rel = loaded.model(torch.from_numpy(golden.heldout.images[:2]), torch.from_numpy(golden.heldout.queries[:2]))[0]
+        inputs = golden.heldout.inputs(0, 2)
+        rel = loaded.model(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))[0]
     # the golden set ran in batches of 16: float32 kernels may sum in another order (3e-6 seen)
     np.testing.assert_allclose(rel.numpy(), golden.heldout.expected["relevance"][:2], atol=1e-5)

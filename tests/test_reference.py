@@ -13,7 +13,7 @@ import torch
 
 from pipeline import reference
 from pipeline.checkpoint import load_checkpoint
-from pipeline.golden import HELDOUT_PHOTOS, _split
+from pipeline.golden import HELDOUT_PHOTOS, WHOLE_HELDOUT, _split
 from pipeline.parity import LOSSLESS, topk_overlap
 
 TEXTURE_TOL = 1e-5
@@ -21,19 +21,24 @@ RELEVANCE_TOL = 1e-4
 SETTINGS = [(14, 64), (32, 200)]
 
 
-def _photos(cfg, count=None):
-    split = _split(HELDOUT_PHOTOS, cfg, query_offset=0)
-    n = count or len(split)
-    return torch.from_numpy(split.images[:n]), torch.from_numpy(split.queries[:n])
+def _photos(cfg, crops=None):
+    """Held-out photos as the contract takes them, one uint8 [1,H,W,3] tensor each: the first
+    `crops` 16G crops (all when None), then every whole photo (landscape, portrait, panorama,
+    smaller than 16G, 12 MP); and their queries [N,D]."""
+    split = _split(HELDOUT_PHOTOS, WHOLE_HELDOUT, cfg, query_offset=0)
+    whole = split.whole
+    picked = [i for i in range(len(split)) if i not in whole][:crops] + whole
+    return [torch.from_numpy(split.images[i])[None] for i in picked], torch.from_numpy(split.queries[picked])
 
 
-def _model_and_oracle(ckpt, images, queries):
-    """Per-image runs (batch 1) of model.py and of the oracle, stacked."""
+def _model_and_oracle(ckpt, images, queries, run=None):
+    """Per-photo runs (batch 1) of model.py (or `run(photo, query)`: an artifact) and of the
+    oracle, stacked."""
+    run = run or (lambda img, q: [t.numpy() for t in ckpt.model(img, q)])
     ours, theirs = [], []
     with torch.no_grad():
-        for i in range(len(images)):
-            img, q = images[i : i + 1], queries[i : i + 1]
-            ours.append([t.numpy() for t in ckpt.model(img, q)])
+        for img, q in zip(images, queries.split(1)):
+            ours.append(run(img, q))
             theirs.append([t.numpy() for t in reference.forward(ckpt.model.state_dict(), ckpt.config, img, q)])
     stack = lambda runs: {n: np.concatenate([r[j] for r in runs]) for j, n in enumerate(("relevance", "topk_indices", "weights"))}
     return stack(ours), stack(theirs)
@@ -57,32 +62,68 @@ def test_texture_equals_the_reference_texture(loaded, grid, top_k):
     images, _ = _photos(cfg)
     ckpt = load_checkpoint(loaded.path, grid=grid, top_k=top_k)
     with torch.no_grad():
-        for i in range(len(images)):
-            ours = ckpt.model.texture(images[i : i + 1])
-            theirs = reference.texture(images[i : i + 1], grid)
-            assert (ours - theirs).abs().max().item() <= TEXTURE_TOL, f"photo {i}"
+        for i, img in enumerate(images):
+            ours = ckpt.model.texture(img)
+            theirs = reference.texture(reference.to_tensor(img), grid)
+            assert (ours - theirs).abs().max().item() <= TEXTURE_TOL, f"photo {i} {tuple(img.shape)}"
 
 
-def test_texture_on_noise_and_extremes(loaded):
-    """Random noise (every pixel an edge) and saturated colours, where LAB's branches switch."""
+@pytest.mark.parametrize("size", [(224, 224), (16, 16), (17, 301), (1000, 93)])
+def test_texture_on_noise_and_extremes(loaded, size):
+    """Random noise (every pixel an edge) and saturated colours, where LAB's branches switch, at
+    16G, the smallest photo, and sizes that upsample one axis while downsampling the other."""
     gen = torch.Generator().manual_seed(0)
-    images = torch.cat([
-        torch.rand(1, 3, 224, 224, generator=gen),
-        torch.randint(0, 2, (1, 3, 224, 224), generator=gen).float(),
-        torch.full((1, 3, 224, 224), 0.04),  # below the sRGB linear threshold
-    ])
+    h, w = size
+    images = [
+        torch.randint(0, 256, (1, h, w, 3), generator=gen, dtype=torch.uint8),
+        torch.randint(0, 2, (1, h, w, 3), generator=gen, dtype=torch.uint8) * 255,
+        torch.full((1, h, w, 3), 10, dtype=torch.uint8),  # 10/255 is below the sRGB linear threshold
+    ]
     with torch.no_grad():
-        for i in range(len(images)):
-            ours = loaded.model.texture(images[i : i + 1])
-            assert (ours - reference.texture(images[i : i + 1], 14)).abs().max().item() <= TEXTURE_TOL
+        for img in images:
+            ours = loaded.model.texture(img)
+            assert (ours - reference.texture(reference.to_tensor(img), 14)).abs().max().item() <= TEXTURE_TOL
+
+
+def test_the_16g_fast_path_equals_the_general_resize(loaded, golden):
+    """At exactly 16G x 16G the graph branches to a cheaper gather of the photo's own pixels: bit
+    for bit what the general resize computes there (its second taps have weight 0)."""
+    windows = loaded.model.texture.windows
+    crop = torch.from_numpy(golden.heldout.inputs(0, 3)["image"])
+    assert torch.equal(windows.at_input_size(crop), windows.resized(crop))
+    assert torch.equal(windows(crop), windows.resized(crop))
 
 
 @pytest.mark.parametrize("grid, top_k", SETTINGS)
 def test_forward_equals_the_reference_at_batch_1(checkpoint, grid, top_k):
     ckpt = load_checkpoint(checkpoint, grid=grid, top_k=top_k)
-    images, queries = _photos(ckpt.config, count=12 if grid == 32 else None)
+    images, queries = _photos(ckpt.config, crops=12 if grid == 32 else None)
     got, oracle = _model_and_oracle(ckpt, images, queries)
     _assert_same_outputs(got, oracle, top_k)
+
+
+def test_from_photo_files_and_a_typed_sentence(loaded, tmp_path):
+    """What a user holds: photo files of any size (PNG, JPEG, one with EXIF orientation) and a typed
+    sentence. Both sides decode the same file the same way (load_photo: PIL, EXIF applied, RGB);
+    the query is the sentence through the checkpoint's encoder (all-MiniLM-L6-v2, D=384)."""
+    from PIL import Image
+
+    from pipeline import text_encoder
+    from pipeline.golden import _photo, load_photo
+
+    chelsea, flower = _photo("chelsea"), _photo("flower")
+    Image.fromarray(chelsea).save(tmp_path / "cat.png")
+    Image.fromarray(flower).save(tmp_path / "flower.jpg", quality=90)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: the camera was held upright, stored sideways
+    Image.fromarray(flower).save(tmp_path / "upright.jpg", quality=90, exif=exif)
+    photos = [load_photo(tmp_path / n) for n in ("cat.png", "flower.jpg", "upright.jpg")]
+    assert photos[0].shape == chelsea.shape and photos[2].shape == (flower.shape[1], flower.shape[0], 3)
+    np.testing.assert_array_equal(photos[2], np.rot90(photos[1], k=-1))  # EXIF applied, nothing else
+    query = torch.from_numpy(text_encoder.embed(["where is the cat?"]))
+    images = [torch.from_numpy(p)[None] for p in photos]
+    got, oracle = _model_and_oracle(loaded, images, query.expand(len(images), -1).contiguous())
+    _assert_same_outputs(got, oracle, loaded.config.top_k)
 
 
 @pytest.mark.parametrize("form", ["direct", "reduced"])
@@ -91,7 +132,7 @@ def test_both_participatory_forms_equal_the_reference(reference_checkpoint_path,
     compute the reference's score, at the reference's own scale (G=32, D=2048)."""
     ckpt = load_checkpoint(reference_checkpoint_path)
     ckpt.model.participatory_scorer.form = form
-    images, queries = _photos(ckpt.config, count=6)
+    images, queries = _photos(ckpt.config, crops=6)
     got, oracle = _model_and_oracle(ckpt, images, queries)
     _assert_same_outputs(got, oracle, ckpt.config.top_k)
 
@@ -112,31 +153,53 @@ def test_reference_layout_defaults_to_the_reference_settings(reference_checkpoin
 
 
 def test_a_batch_equals_single_runs_of_the_reference(loaded):
-    """The one accepted difference: per-sample min-max. A batch of ours = each image alone in the
+    """The one accepted difference: per-sample min-max. A batch of ours = each photo alone in the
     reference; the reference's own batch differs (its min-max spans the batch)."""
-    images, queries = _photos(loaded.config, count=4)
+    images, queries = _photos(loaded.config, crops=4)
+    crops, queries = torch.cat(images[:4]), queries[:4]
     with torch.no_grad():
-        batch = [t.numpy() for t in loaded.model(images, queries)]
-        oracle_batch = reference.forward(loaded.model.state_dict(), loaded.config, images, queries)[0].numpy()
-    _, alone = _model_and_oracle(loaded, images, queries)
+        batch = [t.numpy() for t in loaded.model(crops, queries)]
+        oracle_batch = reference.forward(loaded.model.state_dict(), loaded.config, crops, queries)[0].numpy()
+    _, alone = _model_and_oracle(loaded, images[:4], queries)
     assert np.abs(batch[0] - alone["relevance"]).max() <= RELEVANCE_TOL
     assert np.abs(oracle_batch - alone["relevance"]).max() > 1e-3  # why the difference is accepted
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("which", ["shipped", "reference-layout"])
-def test_onnx_artifact_equals_the_reference(which, checkpoint_path, reference_checkpoint_path, tmp_path):
-    """The whole chain, artifact -> reference, in onnxruntime at batch 1."""
+def _onnx(ckpt, folder):
     import onnxruntime as ort
 
     from pipeline.export import export_program
     from targets.onnx_common import export_onnx
 
-    ckpt = load_checkpoint(checkpoint_path if which == "shipped" else reference_checkpoint_path)
-    path = export_onnx(export_program(ckpt.model, ckpt.config), ckpt.config, tmp_path / "model.onnx", lambda m: None)
+    path = export_onnx(export_program(ckpt.model, ckpt.config), ckpt.config, folder / "model.onnx", lambda m: None)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    images, queries = _photos(ckpt.config, count=8)
-    runs = [session.run(None, {"image": images[i : i + 1].numpy(), "query": queries[i : i + 1].numpy()}) for i in range(len(images))]
-    got = {n: np.concatenate([r[j] for r in runs]) for j, n in enumerate(("relevance", "topk_indices", "weights"))}
-    _, oracle = _model_and_oracle(ckpt, images, queries)
+    return lambda img, q: session.run(None, {"image": img.numpy(), "query": q.numpy()})
+
+
+def _executorch(ckpt, folder):
+    from pipeline.export import export_form
+    from targets.executorch import lower, pte_runner
+
+    info = lower(export_form(ckpt.model, fast_path=False), folder / "model.pte")
+    runner = pte_runner(folder / "model.pte", info["max_batch"])
+    return lambda img, q: list(runner.run({"image": img.numpy(), "query": q.numpy()}).values())
+
+
+def _ptl(ckpt, folder):
+    from targets.ptl import ptl_runner, trace_to_ptl
+
+    runner = ptl_runner(trace_to_ptl(ckpt.model, ckpt.config, folder / "model.ptl"))
+    return lambda img, q: list(runner.run({"image": img.numpy(), "query": q.numpy()}).values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("artifact", [_onnx, _ptl, _executorch], ids=["onnx", "ptl", "executorch-fp32"])
+@pytest.mark.parametrize("which", ["shipped", "reference-layout"])
+def test_lossless_artifacts_equal_the_reference(artifact, which, checkpoint_path, reference_checkpoint_path, tmp_path):
+    """The whole chain, artifact -> reference, in each artifact's real runtime at batch 1, on 16G
+    crops and every whole photo: ours at G=14/K=64 (D=384), the reference's at G=32/K=200 (D=2048).
+    (The browser, CoreML and TensorRT checks live with their targets' tests.)"""
+    ckpt = load_checkpoint(checkpoint_path if which == "shipped" else reference_checkpoint_path)
+    images, queries = _photos(ckpt.config, crops=4)
+    got, oracle = _model_and_oracle(ckpt, images, queries, run=artifact(ckpt, tmp_path))
     _assert_same_outputs(got, oracle, ckpt.config.top_k)

@@ -93,7 +93,7 @@ def test_cached_training_path_equals_the_model_forward():
     pairs = tr.pairs_of(feats, scenes)
     relevance = tr.relevance_of(model, feats, scenes, pairs)
     with torch.no_grad():
-        images = torch.from_numpy(data.images[data.scene_of[pairs.numpy()]])
+        images = tr.as_photos(data.images[data.scene_of[pairs.numpy()]])
         expected = model(images, feats.queries[pairs])[0]
     torch.testing.assert_close(relevance.detach(), expected, atol=1e-5, rtol=0)
 
