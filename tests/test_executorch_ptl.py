@@ -59,10 +59,11 @@ def test_pte_batch_equals_single_runs(built, golden):
     path = out / "executorch" / et.FP32_FILE
     runner = et.pte_runner(path, manifest["targets"]["executorch"]["variants"]["fp32"]["info"]["max_batch"])
     split = golden.heldout
+    crops = split.inputs(0, 6)
     # a strided view on purpose: the runtime must be given contiguous copies
-    batch = runner.run({"image": split.images[0:6:2], "query": split.queries[0:6:2]})
+    batch = runner.run({"image": crops["image"][0:6:2], "query": crops["query"][0:6:2]})
     for row, i in enumerate(range(0, 6, 2)):
-        one = runner.run({"image": split.images[i:i + 1], "query": split.queries[i:i + 1]})
+        one = runner.run(split.inputs(i, i + 1))
         np.testing.assert_allclose(batch["relevance"][row], one["relevance"][0], atol=1e-5)
         assert set(batch["topk_indices"][row]) == set(one["topk_indices"][0])
 
@@ -72,12 +73,30 @@ def test_ptl_runs_any_batch_like_eager(built, golden, loaded):
     entry = manifest["targets"]["ptl"]
     assert "deprecated" in entry["variants"]["fp32"]["info"]["deprecated"]
     module = ptl._load(out / "ptl" / ptl.PTL_FILE)
-    images = torch.from_numpy(np.ascontiguousarray(golden.heldout.images[:5]))
-    queries = torch.from_numpy(np.ascontiguousarray(golden.heldout.queries[:5]))
+    crops = golden.heldout.inputs(0, 5)
+    images, queries = torch.from_numpy(crops["image"]), torch.from_numpy(crops["query"])
     with torch.no_grad():
         got, want = module(images, queries), loaded.model(images, queries)
     torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=0)  # traced at batch 2, run at 5
     assert torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("size", [(300, 451), (2, 451, 300), (16, 16), (3024, 4032)])
+def test_pte_and_ptl_take_any_photo_size(built, golden, loaded, size):
+    """Traced / exported at one non-square size, run at others: landscape, a batch of two
+    portraits, the smallest photo, 12 MP; equal to eager model.py."""
+    out, _, manifest = built
+    shape = (1, *size, 3) if len(size) == 2 else (size[0], *size[1:], 3)
+    photo = np.random.default_rng(sum(size)).integers(0, 256, shape, dtype=np.uint8)
+    inputs = {"image": photo, "query": golden.heldout.queries[: shape[0]]}
+    with torch.no_grad():
+        want = loaded.model(torch.from_numpy(photo), torch.from_numpy(inputs["query"]))
+    info = manifest["targets"]["executorch"]["variants"]["fp32"]["info"]
+    for runner in (et.pte_runner(out / "executorch" / et.FP32_FILE, info["max_batch"]),
+                   ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE)):
+        got = runner.run(inputs)
+        np.testing.assert_allclose(got["relevance"], want[0].numpy(), atol=1e-5)
+        assert all(set(a) == set(b) for a, b in zip(got["topk_indices"], want[1].numpy()))
 
 
 def test_corrupt_pte_is_a_clear_error(tmp_path, loaded):

@@ -78,9 +78,9 @@ def test_ort_files_load_and_list_operators(int8_out):
 
 def _write_photos(folder: Path, split, count: int) -> None:
     folder.mkdir()
-    for i in range(count):
-        arr = (split.images[i].transpose(1, 2, 0) * 255).astype(np.uint8)
-        Image.fromarray(arr).save(folder / f"photo{i}.png")
+    for i in range(count):  # the crops first, then whole photos of their own sizes
+        index = (list(range(len(split) - len(split.whole))) + split.whole)[i % len(split)]
+        Image.fromarray(split.images[index]).save(folder / f"photo{i}.png")
 
 
 def _snapshot(out: Path) -> tuple:
@@ -124,7 +124,7 @@ def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, MIN_CALIBRATION)
     split = user_calibration_split(folder, loaded.config)
-    assert len(split) == MIN_CALIBRATION and split.images.shape[1:] == (3, 224, 224)
+    assert len(split) == MIN_CALIBRATION and split.images[0].shape == (224, 224, 3)
     assert split.sha256 != golden.calibration.sha256
 
 
