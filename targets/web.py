@@ -7,6 +7,14 @@ self-check bundle. Verification drives the real page in Debian's Chromium throug
 compares it with Python onnxruntime on the same model files: the browser is judged against the
 runtime it replaces, not against eager PyTorch (that gap belongs to the onnx stages' gates).
 
+Input contract (pipeline/model.py): the page hands the model the photo as the browser decodes it,
+uint8 [1,H,W,3] at its own size (EXIF orientation applied, no colour management, alpha dropped); no
+crop, no resize, no float conversion in JS. Verification feeds the golden uint8 photos of every size
+(crops batched, each whole photo alone, the 12 MP one included) by URL from the local server: a
+base64 argument through Playwright took 21-34 s for 36 MB, a fetch 0.2-0.4 s (measured here). The
+decode gap (Chromium's JPEG decoding vs PIL's on the golden JPEGs, and what it does to the model)
+is measured at build time and recorded as the fp32 variant's info "decode_gap" and in config.json.
+
 Free-text queries: when the `text-encoder` stage published, its INT8 encoder and vocab.txt ship in
 the site; web/tokenizer.js tokenizes in the page and onnxruntime-web embeds. At build time the page
 is opened in Chromium and measured against Python (metrics of the primary variant, gated): token
@@ -19,14 +27,15 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
-from pipeline.golden import write_array_bundle
-from pipeline.model import OUTPUT_NAMES
-from pipeline.parity import LOSSLESS, LOSSY, Gate
+from pipeline.golden import bundle_samples, load_photo, write_array_bundle
+from pipeline.model import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
+from pipeline.parity import LOSSLESS, LOSSY, Gate, topk_overlap
 from pipeline.target import BuildContext, Runner, Target, Variant
 
 from . import onnx_common
@@ -40,10 +49,17 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-q
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # The vendored WASM is ~14 MB and the INT8 text encoder ~23.6 MB; the rest is < 2 MB.
 SITE_BUDGET = 48 * 1024 * 1024
+# Sample buttons: whole photos shipped in scikit-image, at their own sizes, as PNG (lossless: the
+# page decodes exactly these pixels). "cat" is the golden set's chelsea/whole (451 x 300).
 SAMPLES = (("cat", "chelsea"), ("astronaut", "astronaut"), ("coffee", "coffee"))
+# The real JPEG files shipped in the packages, for the decode gap (Chromium vs PIL). Each entry:
+# (name, package, file); package is where the file lives (sklearn.datasets images / skimage data_dir).
+DECODE_GAP_JPEGS = (("china", "sklearn", "china.jpg"), ("flower", "sklearn", "flower.jpg"),
+                    ("rocket", "skimage", "rocket.jpg"), ("retina", "skimage", "retina.jpg"),
+                    ("hubble_deep_field", "skimage", "hubble_deep_field.jpg"))
+INPUT_DIR = "_input"  # served beside the site while a PageSession runs (never in the site itself)
 PRESET_QUERIES = ("a face", "a cat", "text and letters", "the sky", "a red object",
                   "eyes", "a cup of coffee", "the background")
-SELFCHECK_COUNT = 4
 PAGE_TIMEOUT_MS = 60_000
 
 # Free-text queries: the text-encoder stage's INT8 variant, held in the browser to that variant's
@@ -167,19 +183,20 @@ def copy_page(site: Path) -> list[Path]:
     return out
 
 
-def write_samples(site: Path, size: int = 512) -> list[dict]:
-    """A few real photos (shipped in scikit-image) as small JPEGs for the sample buttons."""
+def write_samples(site: Path) -> list[dict]:
+    """Whole photos (shipped in scikit-image) at their own sizes, as PNG, for the sample buttons."""
     from PIL import Image
-    from skimage import data
+
+    from pipeline.golden import _photo, to_rgb_uint8
 
     (site / "samples").mkdir()
     samples = []
     for label, name in SAMPLES:
-        img = Image.fromarray(getattr(data, name)()).convert("RGB")
-        img.thumbnail((size, size), Image.Resampling.LANCZOS)
-        path = site / "samples" / f"{label}.jpg"
-        img.save(path, "JPEG", quality=85, optimize=True)
-        samples.append({"name": label, "file": f"samples/{label}.jpg", "source": f"skimage.data.{name}"})
+        rgb = to_rgb_uint8(_photo(name))
+        path = site / "samples" / f"{label}.png"
+        Image.fromarray(rgb).save(path, "PNG", optimize=True)
+        samples.append({"name": label, "file": f"samples/{label}.png", "source": f"skimage.data.{name}",
+                        "size": [int(rgb.shape[1]), int(rgb.shape[0])]})
     return samples
 
 
@@ -202,35 +219,123 @@ def write_presets(site: Path, cfg, golden_split) -> dict:
     return presets
 
 
-def python_reference(model: Path):
-    """Outputs of Python onnxruntime on `model` for a golden split: what the browser is compared with."""
+def python_reference(model: Path, max_batch: int = 8):
+    """Outputs of Python onnxruntime on `model` for a golden split, batched as the verifier batches
+    it (same-size runs): what the browser is compared with."""
     cache: dict = {}
 
     def reference(split) -> dict[str, np.ndarray]:
         key = split.sha256
         if key not in cache:
             runner = onnx_common.ort_runner(model)
-            cache[key] = runner.run(split.inputs())
+            parts = [runner.run(split.inputs(a, b)) for a, b in split.runs(max_batch)]
+            cache[key] = {n: np.concatenate([p[n] for p in parts]) for n in OUTPUT_NAMES}
         return cache[key]
 
     return reference
 
 
 def write_selfcheck(site: Path, ctx: BuildContext, models: dict[str, Path]) -> list[Path]:
-    """selfcheck.json + selfcheck.bin: held-out inputs and, per model, Python onnxruntime's outputs."""
-    split = ctx.golden.heldout
-    n = min(SELFCHECK_COUNT, len(split))
-    arrays = {"image": split.images[:n], "query": split.queries[:n]}
-    for name, path in models.items():
-        outs = onnx_common.ort_runner(path).run(split.inputs(0, n))
-        arrays.update({f"{name}.{k}": outs[k] for k in OUTPUT_NAMES})
-    index = write_array_bundle(site / "selfcheck.bin", arrays)
+    """selfcheck.json + selfcheck.bin in golden.json's per-sample format (pipeline/golden.py
+    write_bundle): the bundle's samples (two crops and the whole non-square chelsea/whole), each a
+    batch-1 run with its uint8 photo, its query and, per model, Python onnxruntime's outputs
+    ("fp32.relevance", ...)."""
     import onnxruntime
 
-    meta = {"samples": split.names[:n], "arrays": index,
-            "reference": f"Python onnxruntime {onnxruntime.__version__}"}
+    split = ctx.golden.heldout
+    indices = bundle_samples(split)
+    runners = {name: onnx_common.ort_runner(path) for name, path in models.items()}
+    arrays = {}
+    for n, i in enumerate(indices):
+        inputs = split.inputs(i, i + 1)
+        arrays.update({f"{n}/image": inputs["image"], f"{n}/query": inputs["query"]})
+        for name, runner in runners.items():
+            outs = runner.run(inputs)
+            arrays.update({f"{n}/{name}.{k}": outs[k] for k in OUTPUT_NAMES})
+    index = write_array_bundle(site / "selfcheck.bin", arrays)
+    samples = [{"name": split.names[i], "arrays": {key.split("/", 1)[1]: v for key, v in index.items()
+                                                    if key.startswith(f"{n}/")}}
+               for n, i in enumerate(indices)]
+    meta = {"samples": samples, "reference": f"Python onnxruntime {onnxruntime.__version__}",
+            "image": "uint8 [1,H,W,3]: the photo as decoded (RGB, alpha dropped), any size"}
     (site / "selfcheck.json").write_text(json.dumps(meta, indent=2) + "\n")
     return [site / "selfcheck.json", site / "selfcheck.bin"]
+
+
+# ---------------------------------------------------------------- the decode gap
+
+
+def decode_gap_jpegs() -> list[tuple[str, Path, str]]:
+    """(name, path, source) of the golden JPEGs: the real files shipped in scikit-learn and scikit-image."""
+    import sklearn.datasets
+    from skimage import data
+
+    folders = {"sklearn": Path(sklearn.datasets.__file__).parent / "images", "skimage": Path(data.data_dir)}
+    out = []
+    for name, package, file in DECODE_GAP_JPEGS:
+        path = folders[package] / file
+        if not path.is_file():
+            raise ExportError(f"{path} is missing: the decode gap needs the JPEG files shipped in {package}",
+                              "reinstall scikit-learn / scikit-image (pip install -e '.[dev]')")
+        source = "sklearn.datasets images" if package == "sklearn" else "skimage.data data_dir"
+        out.append((name, path, f"{source}/{file}"))
+    return out
+
+
+def measure_decode_gap(session: "PageSession", model: Path, queries: np.ndarray, log=lambda m: None) -> dict:
+    """Chromium's decoding of the golden JPEGs (the page's own path: createImageBitmap, canvas,
+    getImageData, alpha dropped) vs PIL's (pipeline.golden.load_photo, the contract's decoder), and
+    what it does to the model: Python onnxruntime on `model` with each of `queries`, on PIL's pixels
+    (the reference) and on the browser's. Top-K overlap is strict (no tie rule)."""
+    import onnxruntime
+
+    ort = onnx_common.ort_runner(model)
+    photos = []
+    for name, path, source in decode_gap_jpegs():
+        got = session.decode(path)
+        pil = load_photo(path)
+        if got.shape != pil.shape:
+            raise ExportError(f"Chromium decodes {path.name} as {got.shape[1]}x{got.shape[0]}, PIL as "
+                              f"{pil.shape[1]}x{pil.shape[0]} (EXIF orientation handled differently?)",
+                              "fix decodeBlob/photoPixels in web/app.js")
+        diff = np.abs(got.astype(np.int16) - pil.astype(np.int16))
+        n = len(queries)
+        ref = ort.run({"image": np.repeat(pil[None], n, axis=0), "query": queries})
+        out = ort.run({"image": np.repeat(got[None], n, axis=0), "query": queries})
+        overlap, _ = topk_overlap(ref["relevance"], ref["topk_indices"], out["topk_indices"], 0.0)
+        photos.append({
+            "name": name, "file": source, "size": [int(pil.shape[1]), int(pil.shape[0])],
+            "pixel_max_abs": int(diff.max()), "pixel_mean_abs": float(diff.mean()),
+            "pixels_differing": float((diff.max(axis=-1) > 0).mean()),  # pixels with any channel different
+            "values_differing": float((diff > 0).mean()),  # of the H*W*3 channel values
+            "topk_overlap_mean": float(overlap.mean()), "topk_overlap_min": float(overlap.min()),
+            "relevance_max_abs": float(np.abs(out["relevance"].astype(np.float64) - ref["relevance"]).max()),
+            "weights_max_abs": float(np.abs(out["weights"].astype(np.float64) - ref["weights"]).max()),
+        })
+        log(f"[web] decode gap {name}: pixel max {photos[-1]['pixel_max_abs']}, mean {photos[-1]['pixel_mean_abs']:.4f}, "
+            f"{100 * photos[-1]['pixels_differing']:.2f}% of pixels differ; top-K overlap {overlap.mean():.3f}, "
+            f"relevance max abs {photos[-1]['relevance_max_abs']:.2e}")
+    worst = max(p["pixel_max_abs"] for p in photos)
+    if worst == 0:
+        summary = (f"Chromium {session.browser.version} decodes all {len(photos)} JPEGs to exactly PIL's pixels: "
+                   "the decode gap is zero, so the page feeds the model what Python would.")
+    else:
+        summary = (f"Chromium {session.browser.version} vs PIL {_pil_version()} on {len(photos)} JPEGs: pixel values "
+                   f"differ by up to {worst}; top-K overlap (strict) min "
+                   f"{min(p['topk_overlap_min'] for p in photos):.3f}, relevance max abs "
+                   f"{max(p['relevance_max_abs'] for p in photos):.2e} over {len(queries)} queries per photo.")
+    return {"browser": f"Chromium {session.browser.version}: createImageBitmap(imageOrientation 'from-image', "
+                       "colorSpaceConversion 'none', premultiplyAlpha 'none') -> canvas -> getImageData, alpha dropped",
+            "reference": f"PIL {_pil_version()} (pipeline.golden.load_photo: EXIF applied, convert('RGB'), no ICC)",
+            "model": f"{model.name} in Python onnxruntime {onnxruntime.__version__}, {len(queries)} queries per photo "
+                     "(the page's presets); top-K overlap strict, PIL's pixels as the reference",
+            "photos": photos, "summary": summary}
+
+
+def _pil_version() -> str:
+    import PIL
+
+    return PIL.__version__
 
 
 def text_gate(base: Gate) -> Gate:
@@ -239,27 +344,19 @@ def text_gate(base: Gate) -> Gate:
                 {**base.minima, "text_cosine_min": TEXT_COSINE_MIN}, base.tie_tolerance)
 
 
-def measure_text_in_browser(site: Path, log) -> dict:
+def measure_text_in_browser(session: "PageSession", log) -> dict:
     """Tokenizer and INT8 text encoder in Chromium vs Python, as metrics for the gate.
 
     Token ids: web/tokenizer.js vs pipeline.text_encoder.tokenize on every string of
     token_check_strings(), exact. Embeddings: the same strings, one run per string and in padded
-    batches of 8, vs pipeline.text_encoder.embed (cosine). {} when this host has no browser (unverified)."""
+    batches of 8, vs pipeline.text_encoder.embed (cosine)."""
     from pipeline.text_encoder import embed, tokenize
 
     strings = token_check_strings()
-    try:
-        session = PageSession(site)
-    except HostCapabilityError as exc:
-        log(f"[web] free-text check not run: {exc.problem}")
-        return {}
-    try:
-        got_ids = session.page.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
-        single = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 1)", strings)
-        batched = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 8)", strings)
-        session.check()
-    finally:
-        session.close()
+    got_ids = session.page.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
+    single = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 1)", strings)
+    batched = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 8)", strings)
+    session.check()
     want_ids = [tokenize([s])["input_ids"][0].tolist() for s in strings]
     mismatched = [s for s, got, want in zip(strings, got_ids, want_ids) if got != want]
     for s in mismatched[:3]:
@@ -350,6 +447,9 @@ CHROMIUM_HOST = SharedChromium()
 class PageSession:
     """The site served on an ephemeral localhost port (COOP/COEP) and opened in headless Chromium.
 
+    The server's root is a temporary folder of links to the site's files plus INPUT_DIR, where
+    the session puts the photos it hands the page (put/decode/run_raw): the page fetches them from
+    its own origin, and the site folder itself is never written to.
     Console errors and uncaught page errors are collected: any of them fails verification.
     """
 
@@ -357,9 +457,15 @@ class PageSession:
         from pipeline.serve import serving
 
         self.errors: list[str] = []
+        self._count = 0
+        self.last_ms: float | None = None
         self.browser = CHROMIUM_HOST.acquire()
-        self._serving = serving(site)
+        self.root = Path(tempfile.mkdtemp(prefix="arrcoc-page-"))
         try:
+            for entry in Path(site).resolve().iterdir():
+                (self.root / entry.name).symlink_to(entry)
+            (self.root / INPUT_DIR).mkdir()
+            self._serving = serving(self.root)
             self.url = self._serving.__enter__()
             self.page = self.browser.new_page()
             self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
@@ -387,20 +493,39 @@ class PageSession:
             raise ExportError(f"the web page logged {len(self.errors)} error(s): {self.errors[0][:200]}",
                               "fix the page (web/app.js); open it with `invoke serve` to see the console")
 
+    def put(self, data: bytes, suffix: str = ".bin") -> str:
+        """Serve `data` beside the site for the page to fetch; returns its URL path (relative)."""
+        self._count += 1
+        for old in (self.root / INPUT_DIR).iterdir():  # one at a time: a 12 MP photo is 36 MB
+            old.unlink()
+        name = f"{INPUT_DIR}/{self._count}{suffix}"
+        (self.root / name).write_bytes(data)
+        return name
+
     def run_raw(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        image = np.ascontiguousarray(inputs["image"], dtype=np.float32)
+        """uint8 photos [B,H,W,3] (one size) and float32 queries [B,D] through the page's model."""
+        image = np.ascontiguousarray(inputs["image"], dtype=np.uint8)
         query = np.ascontiguousarray(inputs["query"], dtype=np.float32)
+        if image.ndim != 4 or image.shape[3] != 3:
+            raise ValueError(f"image must be uint8 [B,H,W,3], got {image.shape}")
         b = image.shape[0]
-        res = self.page.evaluate(
-            "([m, i, q, b]) => window.arrcoc.runRaw(m, i, q, b)",
-            [model, base64.b64encode(image.tobytes()).decode(), base64.b64encode(query.tobytes()).decode(), b],
-        )
+        url = self.put(image.tobytes())
+        res = self.page.evaluate("([m, u, s, q]) => window.arrcoc.runUrl(m, u, s, q)",
+                                 [model, url, list(image.shape[:3]), base64.b64encode(query.tobytes()).decode()])
         self.check()
+        self.last_ms = float(res["ms"])
         return {
             "relevance": np.frombuffer(base64.b64decode(res["relevance"]), np.float32).reshape(b, -1),
             "weights": np.frombuffer(base64.b64decode(res["weights"]), np.float32).reshape(b, 3),
             "topk_indices": np.asarray(res["topk"], dtype=np.int64).reshape(b, -1),
         }
+
+    def decode(self, path: Path) -> np.ndarray:
+        """An image file decoded by the page exactly as it decodes a user's photo: uint8 [H,W,3]."""
+        url = self.put(Path(path).read_bytes(), Path(path).suffix)
+        res = self.page.evaluate("(u) => window.arrcoc.decodeUrl(u)", url)
+        self.check()
+        return np.frombuffer(base64.b64decode(res["pixels"]), np.uint8).reshape(res["height"], res["width"], 3)
 
     def threads(self) -> int:
         return int(self.page.evaluate("window.arrcoc.threads()"))
@@ -415,6 +540,7 @@ class PageSession:
                 step()
             except Exception:  # noqa: BLE001 - closing what did start; the first error is what matters
                 pass
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the target
@@ -486,10 +612,11 @@ class WebTarget(Target):
                                   "check_strings": len(token_check_strings()), "tokenizer_check": tokenizer_check,
                                   "reference": "pipeline.text_encoder.tokenize / embed (Python)"}
                                  if text_files else text_note)}
-        gate, metrics = fp32_gate(), {}
-        if text_files:
-            gate = text_gate(gate)
-            metrics = measure_text_in_browser(site, ctx.log)  # {} when no browser: stays unverified
+        gate = text_gate(fp32_gate()) if text_files else fp32_gate()
+        # Measured in the page at build time: the free-text path (gated) and the decode gap (info).
+        metrics, info["decode_gap"] = self._measure_in_browser(site, fp32, presets, bool(text_files), ctx.log)
+        config["decode_gap"] = info["decode_gap"]  # shown in the page's self-check panel
+        (site / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         variants = [Variant("fp32", sorted(site_files), gate, SITE_BUDGET, primary=True, info=info, metrics=metrics,
                             reference=python_reference(fp32_src), reference_name=ref_name)]
         if "int8" in models:
@@ -499,6 +626,23 @@ class WebTarget(Target):
                                     info={"source": "onnx-int8", "speed_note": speed}, reference=python_reference(int8_src),
                                     reference_name=ref_name))
         return variants
+
+    def _measure_in_browser(self, site: Path, model: Path, presets: dict, text: bool, log) -> tuple[dict, dict]:
+        """(gated text metrics, decode gap) from one page; ({}, {"note": why}) when this host has no
+        browser (the variant then stays unverified, as its load() cannot run either)."""
+        try:
+            session = PageSession(site)
+        except HostCapabilityError as exc:
+            log(f"[web] free-text check and decode gap not measured: {exc.problem}")
+            return {}, {"note": f"not measured: {exc.problem}"}
+        try:
+            metrics = measure_text_in_browser(session, log) if text else {}
+            queries = np.asarray(presets["embeddings"], dtype=np.float32)
+            gap = measure_decode_gap(session, model, queries, log)
+            session.check()
+        finally:
+            session.close()
+        return metrics, gap
 
     def _config(self, ctx, models: dict[str, Path], samples: list[dict], note: str, text_files: list[Path],
                 text_note: str) -> dict:
@@ -516,7 +660,9 @@ class WebTarget(Target):
                     "browser_gate": {"max": {"token_mismatches": 0}, "min": {"cosine_min": TEXT_COSINE_MIN}}}
         return {
             "text_encoder": text, "text_note": "" if text else text_note,
-            "image_size": cfg.image_size, "grid": int(round(cfg.num_patches ** 0.5)), "top_k": cfg.top_k,
+            "image_size": cfg.image_size, "min_side": MIN_SIDE, "max_side": MAX_SIDE,
+            "input": "uint8 [1,H,W,3]: the photo as decoded, at its own size (the model resizes it itself)",
+            "grid": int(round(cfg.num_patches ** 0.5)), "top_k": cfg.top_k,
             "query_dim": cfg.query_dim, "presets": "presets.json", "samples": samples, "note": note,
             "models": [{"name": n, "file": f"models/{p.name}", "bytes": p.stat().st_size, "browser_gate": gates[n]}
                        for n, p in models.items()],
@@ -596,19 +742,22 @@ class WebTarget(Target):
 
 
 def _stored_runner(session: PageSession, model: str):
-    """Upload the inputs once per distinct batch, then each call runs them in the page: an untimed
-    run and the timed one in one round trip, so no idle gap separates them (steady state, as for
-    the native cases, whose untimed call comes right before the timed one)."""
+    """Hand the page the inputs once per distinct batch (fetched from the local server), then each
+    call runs them in the page: an untimed run and the timed one in one round trip, so no idle gap
+    separates them (steady state, as for the native cases, whose untimed call comes right before
+    the timed one)."""
     uploaded: dict = {}
 
     def run(inputs):
-        key = (id(inputs["image"]), inputs["image"].shape)
+        image = np.ascontiguousarray(inputs["image"], np.uint8)
+        key = (id(inputs["image"]), image.shape)
         if uploaded.get("key") != key:
+            url = session.put(image.tobytes())
             session.page.evaluate(
-                "([i, q]) => window.arrcoc.store(i, q)",
-                [base64.b64encode(np.ascontiguousarray(inputs["image"], np.float32).tobytes()).decode(),
+                "([u, s, q]) => window.arrcoc.storeUrl(u, s, q)",
+                [url, list(image.shape[:3]),
                  base64.b64encode(np.ascontiguousarray(inputs["query"], np.float32).tobytes()).decode()])
             uploaded["key"] = key
-        return session.page.evaluate("([m, b]) => window.arrcoc.runStored(m, b)", [model, inputs["image"].shape[0]])
+        return session.page.evaluate("([m]) => window.arrcoc.runStored(m)", [model])
 
     return run

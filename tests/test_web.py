@@ -1,6 +1,7 @@
 """The web target: one real build (onnx -> web), then the page in Debian's headless Chromium.
 
 One build and one browser per session. Every page test fails on a console error unless it says why.
+The page takes whole photos: uint8 [1,H,W,3] as the browser decodes them, no crop, no resize.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ if not web_target.CHROMIUM.is_file():
     pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
 
 SHOTS = REPO / "test-output"
+GRID_CELL_TOL = 1e-6
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +123,7 @@ def test_build_publishes_a_self_contained_site_within_budget(built):
     fp32 = entry["variants"]["fp32"] if "variants" in entry else entry
     paths = {f["path"] for f in entry["files"]}
     for name in ("web/index.html", "web/app.js", "web/ort/ort-wasm-simd-threaded.wasm", "web/models/model.onnx",
-                 "web/presets.json", "web/selfcheck.bin", "web/config.json", "web/samples/cat.jpg"):
+                 "web/presets.json", "web/selfcheck.bin", "web/config.json", "web/samples/cat.png"):
         assert name in paths
     total = sum(f["bytes"] for f in entry["files"])
     assert entry["size"]["total_bytes"] == total
@@ -136,16 +138,54 @@ def test_build_publishes_a_self_contained_site_within_budget(built):
     assert emb[q.index("a cat")] @ emb[q.index("a face")] > emb[q.index("a cat")] @ emb[q.index("text and letters")]
 
 
-def test_parity_was_measured_in_the_browser_against_python_onnxruntime(built):
+def test_parity_was_measured_in_the_browser_against_python_onnxruntime(built, golden):
+    """Every held-out sample went through the page's model: the crops and each whole photo at its
+    own size, the 12 MP one included (the verifier fails on a missing sample, it does not skip)."""
     _, result = built
     stage = next(s for s in result.stages if s.target.name == "web")
     fp32 = stage.primary
     assert fp32.status == "verified"
     assert "Chromium" in fp32.runtime and "onnxruntime-web" in fp32.runtime
     assert fp32.metrics["relevance_max_abs"] <= 1e-4 and fp32.metrics["topk_overlap_mean"] == 1.0
-    assert fp32.metrics["samples"] == 24
+    heldout = golden.heldout
+    assert fp32.metrics["samples"] == len(heldout)
+    sizes = {heldout.images[i].shape[:2] for i in heldout.whole}
+    assert (3024, 4032) in sizes and len(sizes) >= 6  # the 12 MP photo and the other whole-photo sizes
+    assert fp32.outputs["relevance"].shape[0] == len(heldout)
     for report in stage.variants[1:]:  # INT8, when the onnx-int8 stage published
         assert report.metrics["topk_overlap_mean"] >= 0.95
+        assert report.metrics["samples"] == len(heldout)
+
+
+def test_selfcheck_bundle_has_golden_per_sample_format_with_a_whole_photo(built, golden):
+    """selfcheck.json lists samples as golden.json does: each a batch-1 run with its uint8 photo
+    at its own size, its query and, per model, Python onnxruntime's outputs on exactly those bytes."""
+    import onnxruntime as ort
+
+    from pipeline.golden import BUNDLE_WHOLE, bundle_samples
+
+    site = built[0] / "web"
+    meta = json.loads((site / "selfcheck.json").read_text())
+    data = (site / "selfcheck.bin").read_bytes()
+    heldout = golden.heldout
+    want = [heldout.names[i] for i in bundle_samples(heldout)]
+    assert [s["name"] for s in meta["samples"]] == want and BUNDLE_WHOLE in want
+    models = {m["name"]: m["file"] for m in json.loads((site / "config.json").read_text())["models"]}
+
+    def arr(a):
+        return np.frombuffer(data[a["offset"]: a["offset"] + a["bytes"]], np.dtype(a["dtype"]).newbyteorder("<")).reshape(a["shape"])
+
+    for sample in meta["samples"]:
+        i = heldout.names.index(sample["name"])
+        image = arr(sample["arrays"]["image"])
+        assert image.dtype == np.uint8 and image.shape == (1, *heldout.images[i].shape)
+        np.testing.assert_array_equal(image[0], heldout.images[i])
+        for name, file in models.items():
+            sess = ort.InferenceSession(str(site / file), providers=["CPUExecutionProvider"])
+            rel = sess.run(["relevance"], {"image": image, "query": arr(sample["arrays"]["query"])})[0]
+            np.testing.assert_array_equal(rel, arr(sample["arrays"][f"{name}.relevance"]))
+    whole = meta["samples"][want.index(BUNDLE_WHOLE)]["arrays"]["image"]["shape"]
+    assert whole[1] != whole[2]  # non-square
 
 
 def test_server_sends_cross_origin_isolation_headers(site):
@@ -177,7 +217,14 @@ def test_page_loads_and_draws_a_heatmap_on_sample_photos(page):
     assert abs(sum(last["weights"]) - 1.0) < 1e-5
     assert "ms" in pg.p.text_content("#latency") and "FP32" in pg.p.text_content("#ran-model")
     assert pg.p.text_content("#threads").startswith("2")
-    pg.wait_result_change(lambda: pg.p.click("button[data-sample=astronaut]"))
+    # the sample is a whole photo, handed over at its own size
+    samples = {s["name"]: s for s in json.loads(urllib.request.urlopen(pg.url + "config.json").read())["samples"]}
+    w, h = samples["cat"]["size"]
+    assert (w, h) == (451, 300)
+    assert pg.p.evaluate("window.arrcoc.lastInput()") == {"shape": [1, h, w, 3], "dtype": "uint8", "bytes": h * w * 3}
+    pg.wait_result_change(lambda: pg.p.click("button[data-sample=coffee]"))
+    w, h = samples["coffee"]["size"]
+    assert pg.p.evaluate("window.arrcoc.lastInput().shape") == [1, h, w, 3]
     assert heat_pixels(pg) > 0
     # another preset query gives another map
     before = pg.p.evaluate("window.arrcoc.last().relevance")
@@ -200,6 +247,7 @@ def test_upload_via_file_input_respects_exif_orientation(page, tmp_path):
     path.write_bytes(png_bytes(img, "JPEG", exif=exif.tobytes()))
     pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(path)))
     assert pg.p.evaluate("window.arrcoc.imageSize()") == [200, 300]
+    assert pg.p.evaluate("window.arrcoc.lastInput().shape") == [1, 300, 200, 3]  # upright: 300 rows of 200
     assert heat_pixels(pg) > 0
     webp = tmp_path / "photo.webp"
     webp.write_bytes(png_bytes(photo((320, 240)), "WEBP"))
@@ -221,14 +269,183 @@ def test_upload_via_drop_with_transparency(page):
     assert pg.p.is_hidden("#message")
 
 
+# ------------------------------------------------------------------ whole photos
+
+
+def _python_fp32(site: Path, image: np.ndarray, query: np.ndarray) -> dict:
+    """Python onnxruntime on the page's FP32 model file: uint8 [H,W,3] photo, float32 [D] query."""
+    import onnxruntime as ort
+
+    from pipeline.model import OUTPUT_NAMES
+
+    sess = ort.InferenceSession(str(site / "models" / "model.onnx"), providers=["CPUExecutionProvider"])
+    outs = sess.run(list(OUTPUT_NAMES), {"image": image[None], "query": query[None].astype(np.float32)})
+    return dict(zip(OUTPUT_NAMES, outs))
+
+
+def _preset(site: Path, index: int = 0) -> np.ndarray:
+    return np.asarray(json.loads((site / "presets.json").read_text())["embeddings"][index], dtype=np.float32)
+
+
+def _open_photo(pg: Page, tmp_path, array: np.ndarray, name: str, fmt: str = "PNG", timeout: int = 30_000, **kw):
+    path = tmp_path / name
+    path.write_bytes(png_bytes(Image.fromarray(array), fmt, **kw))
+    before = pg.p.evaluate("window.arrcoc.last() && window.arrcoc.last().ms")
+    pg.p.set_input_files("#file", str(path))
+    pg.p.wait_for_function(f"window.arrcoc.last() && window.arrcoc.last().ms !== {json.dumps(before)}", timeout=timeout)
+    return path
+
+
+def test_whole_non_square_photo_is_fed_at_its_own_size_and_cells_cover_it(page, golden, built, tmp_path):
+    """A portrait photo through the file input: the model gets [1,H,W,3] uint8, exactly the file's
+    pixels (no crop, no resize), and the heatmap and the top-K boxes cover the whole photo with
+    cells W/G wide and H/G tall (pipeline/overlay.py's cell_box)."""
+    from pipeline.overlay import cell_box
+
+    heldout = golden.heldout
+    photo_arr = heldout.images[heldout.names.index("flower/portrait")]
+    h, w = photo_arr.shape[:2]
+    assert h != w
+    pg = page.open()
+    _open_photo(pg, tmp_path, photo_arr, "portrait.png")
+    assert pg.p.evaluate("window.arrcoc.lastInput()") == {"shape": [1, h, w, 3], "dtype": "uint8", "bytes": h * w * 3}
+    import base64
+
+    fed = np.frombuffer(base64.b64decode(pg.p.evaluate("window.arrcoc.lastInputPixels()")), np.uint8).reshape(h, w, 3)
+    np.testing.assert_array_equal(fed, photo_arr)
+    grid = json.loads((built[0] / "web" / "config.json").read_text())["grid"]
+    ov = pg.p.evaluate("window.arrcoc.overlay()")
+    assert ov["photo"] == [w, h] and ov["grid"] == grid
+    assert ov["cell"] == pytest.approx([w / grid, h / grid], abs=GRID_CELL_TOL) and ov["cell"][0] != ov["cell"][1]
+    topk = pg.p.evaluate("window.arrcoc.last().topk")
+    np.testing.assert_allclose(ov["boxes"], [cell_box(i, grid, h, w) for i in topk], atol=1e-6)
+    dw, dh = ov["canvas"]
+    assert abs(dw / dh - w / h) < 2 / min(dw, dh)  # the canvas has the photo's aspect (to a pixel)
+    shown = pg.p.evaluate("(() => { const r = document.getElementById('heat').getBoundingClientRect();"
+                          " const q = document.getElementById('photo').getBoundingClientRect();"
+                          " return [r.width, r.height, q.width, q.height]; })()")
+    assert shown[:2] == shown[2:] and abs(shown[0] / shown[1] - w / h) < 0.01  # overlay lies on the whole photo
+    assert heat_pixels(pg) == dw * dh  # every canvas pixel lies in some cell: the grid covers the whole photo
+    SHOTS.mkdir(exist_ok=True)
+    pg.p.screenshot(path=str(SHOTS / "web-whole-photo.png"), full_page=True)
+
+
+def test_transparent_pixels_keep_their_stored_colour_as_pil_drops_alpha(page, tmp_path):
+    """A PNG with alpha 0..255 across it: the page hands over the stored RGB (PIL's convert("RGB")),
+    not a canvas's premultiplied round trip (measured before WebGL2 read: up to 208 off, 75% of
+    pixels; transparent ones black)."""
+    import base64
+
+    from pipeline.golden import load_photo
+
+    rgb = np.asarray(photo((300, 200)))
+    alpha = np.tile(np.linspace(0, 255, 300).astype(np.uint8), (200, 1))
+    pg = page.open()
+    path = _open_photo(pg, tmp_path, np.dstack([rgb, alpha]), "alpha.png")
+    fed = np.frombuffer(base64.b64decode(pg.p.evaluate("window.arrcoc.lastInputPixels()")), np.uint8).reshape(200, 300, 3)
+    np.testing.assert_array_equal(fed, load_photo(path))
+    assert "colour as stored" in pg.p.text_content("#photo-size")
+
+
+@pytest.mark.parametrize("name", ["chelsea/whole", "hubble_deep_field/panorama", "astronaut/small"])
+def test_page_relevance_on_a_golden_whole_photo_matches_python_onnxruntime(page, golden, built, tmp_path, name):
+    """A golden whole photo opened as a user opens it (PNG through the file input): the page decodes
+    the same pixels and its FP32 relevance matches Python onnxruntime on them (the FP32 gate)."""
+    from pipeline.parity import topk_overlap
+
+    site = built[0] / "web"
+    heldout = golden.heldout
+    arr = heldout.images[heldout.names.index(name)]
+    pg = page.open()
+    _open_photo(pg, tmp_path, arr, "golden.png")
+    last = pg.p.evaluate("window.arrcoc.last()")
+    assert last["model"] == "fp32" and last["query"]["label"] == json.loads((site / "presets.json").read_text())["queries"][0]
+    assert pg.p.evaluate("window.arrcoc.lastInput().shape") == [1, *arr.shape]
+    ref = _python_fp32(site, arr, _preset(site))
+    rel = np.asarray(last["relevance"], dtype=np.float32)[None]
+    gate = web_target.FP32_BROWSER
+    assert np.abs(rel - ref["relevance"]).max() <= gate["max"]["relevance_max_abs"]
+    overlap, _ = topk_overlap(ref["relevance"], ref["topk_indices"], np.asarray([last["topk"]]), gate["tie_tolerance"])
+    assert overlap.min() == 1.0
+    assert np.abs(np.asarray(last["weights"]) - ref["weights"][0]).max() <= gate["max"]["weights_max_abs"]
+
+
+def test_a_12_megapixel_photo_runs_whole_in_the_page(page, golden, built, tmp_path):
+    """The golden 12 MP photo (4032 x 3024) as a JPEG through the file input: fed whole, the page's
+    relevance matches Python onnxruntime on PIL's decoding of the same file. The page's own
+    inference time goes to test-output/web-12mp.json."""
+    import hashlib
+
+    from pipeline.golden import load_photo
+
+    site = built[0] / "web"
+    heldout = golden.heldout
+    arr = heldout.images[heldout.names.index("retina/12mp")]
+    assert arr.shape == (3024, 4032, 3)
+    pg = page.open()
+    path = _open_photo(pg, tmp_path, arr, "12mp.jpg", "JPEG", timeout=180_000, quality=92)
+    assert pg.p.evaluate("window.arrcoc.lastInput().shape") == [1, 3024, 4032, 3]
+    pil = load_photo(path)
+    same_pixels = pg.p.evaluate("window.arrcoc.lastInputSha256()") == hashlib.sha256(pil.tobytes()).hexdigest()
+    last = pg.p.evaluate("window.arrcoc.last()")
+    ref = _python_fp32(site, pil, _preset(site))
+    rel_err = float(np.abs(np.asarray(last["relevance"], np.float32) - ref["relevance"][0]).max())
+    shown = pg.p.text_content("#latency")
+    assert f"{last['ms']:.1f} ms" in shown and "4032×3024" in shown
+    SHOTS.mkdir(exist_ok=True)
+    (SHOTS / "web-12mp.json").write_text(json.dumps({"ms": last["ms"], "shown": shown, "threads": pg.p.evaluate(
+        "window.arrcoc.threads()"), "same_pixels_as_pil": same_pixels, "relevance_max_abs_vs_python": rel_err}) + "\n")
+    assert same_pixels  # Chromium decoded the JPEG to PIL's pixels (the decode gap measured at build is zero)
+    assert rel_err <= web_target.FP32_BROWSER["max"]["relevance_max_abs"]
+    assert set(last["topk"]) == set(ref["topk_indices"][0].tolist())
+
+
+def test_decode_gap_is_measured_in_chromium_and_recorded(built):
+    """The build measured Chromium's decoding of the golden JPEGs against PIL's and recorded it in
+    the manifest (fp32 variant info) and config.json; measured again here, in Chromium, the page's
+    own decoding gives the same numbers."""
+    from pipeline.golden import load_photo
+
+    out, _ = built
+    site = out / "web"
+    recorded = json.loads((out / "manifest.json").read_text())["targets"]["web"]["variants"]["fp32"]["info"]["decode_gap"]
+    assert json.loads((site / "config.json").read_text())["decode_gap"] == recorded
+    jpegs = web_target.decode_gap_jpegs()
+    assert [p["name"] for p in recorded["photos"]] == [name for name, _, _ in jpegs] == [
+        "china", "flower", "rocket", "retina", "hubble_deep_field"]
+    queries = np.asarray(json.loads((site / "presets.json").read_text())["embeddings"], dtype=np.float32)
+    session = web_target.PageSession(site)
+    try:
+        again = web_target.measure_decode_gap(session, site / "models" / "model.onnx", queries)
+        decoded = {name: session.decode(path) for name, path, _ in jpegs}
+    finally:
+        session.close()
+    for rec, now, (name, path, _) in zip(recorded["photos"], again["photos"], jpegs):
+        pil = load_photo(path)
+        diff = np.abs(decoded[name].astype(np.int16) - pil.astype(np.int16))
+        # what this test measures itself, directly on the pixels
+        assert rec["size"] == [pil.shape[1], pil.shape[0]]
+        assert rec["pixel_max_abs"] == int(diff.max())
+        assert rec["pixel_mean_abs"] == pytest.approx(float(diff.mean()), abs=1e-12)
+        assert rec["pixels_differing"] == pytest.approx(float((diff.max(axis=-1) > 0).mean()), abs=1e-12)
+        # and the model-side numbers, measured again the same way
+        for key in ("topk_overlap_mean", "topk_overlap_min", "relevance_max_abs", "weights_max_abs"):
+            assert rec[key] == pytest.approx(now[key], abs=1e-7), (name, key)
+    if all(p["pixel_max_abs"] == 0 for p in recorded["photos"]):
+        assert "the decode gap is zero" in recorded["summary"]
+        assert all(p["relevance_max_abs"] == 0 and p["topk_overlap_min"] == 1.0 for p in recorded["photos"])
+
+
 def _bad_inputs():
     tiny = png_bytes(Image.new("RGB", (8, 8), "red"))
     huge = png_bytes(Image.new("L", (20000, 20)))  # compresses to a few KB
+    wide = png_bytes(Image.new("RGB", (8193, 16)))  # one pixel past the model's 8192 per side
     return [
         ("notes.txt", b"just some text\n", "not an image"),
         ("broken.png", b"\x89PNG\r\n\x1a\n not really", "could not be decoded"),
         ("tiny.png", tiny, "too small"),
-        ("huge.png", huge, "too large"),
+        ("huge.png", huge, "at most 8192 pixels per side"),
+        ("wide.png", wide, "8193×16 pixels: the model takes photos of at most 8192 pixels per side"),
     ]
 
 
@@ -282,13 +499,26 @@ def test_the_pages_topk_rule_is_the_pipelines(page):
 
 
 def test_selfcheck_passes_in_the_browser(page, built):
+    """The page runs every sample of its bundle, the whole non-square photo included, per model,
+    and shows the decode gap recorded at build time."""
     pg = page.open()
     pg.p.click("#selfcheck")
     pg.p.wait_for_selector("#selfcheck-result[data-status]", timeout=60_000)
     assert pg.p.get_attribute("#selfcheck-result", "data-status") == "pass", pg.p.text_content("#selfcheck-result")
-    models = json.loads((built[0] / "web" / "config.json").read_text())["models"]
-    assert pg.p.locator("#selfcheck-result td[data-status=pass]").count() == len(models)
+    site = built[0] / "web"
+    config = json.loads((site / "config.json").read_text())
+    names = [s["name"] for s in json.loads((site / "selfcheck.json").read_text())["samples"]]
+    assert "chelsea/whole" in names
+    assert pg.p.locator("#selfcheck-result td[data-status=pass]").count() == len(config["models"])
+    for name in names:  # one row per model and sample
+        assert pg.p.locator(f'#selfcheck-result tr.sample[data-sample="{name}"]').count() == len(config["models"])
+    assert "chelsea/whole (451×300)" in pg.p.text_content("#selfcheck-result")
     assert "Python onnxruntime" in pg.p.text_content("#selfcheck-result")
+    gap = config["decode_gap"]
+    for photo in gap["photos"]:
+        row = pg.p.text_content(f'#decode-gap tr[data-photo="{photo["name"]}"]')
+        assert f"{photo['size'][0]}×{photo['size'][1]}" in row and f"{photo['topk_overlap_mean']:.3f}" in row
+    assert gap["summary"] in pg.p.text_content("#decode-gap")
 
 
 # ------------------------------------------------------------------ free-text queries
@@ -463,16 +693,18 @@ def test_bench_cases_time_inference_in_the_page(built):
     entry = json.loads((out / "manifest.json").read_text())["targets"]["web"]
     cases = TARGETS["web"].bench_cases(out, entry)
     rng = np.random.default_rng(0)
-    inputs = {"image": rng.random((1, 3, 224, 224), dtype=np.float32),
-              "query": rng.standard_normal((1, 384)).astype(np.float32)}
+    query = rng.standard_normal((1, 384)).astype(np.float32)
+    crop = {"image": rng.integers(0, 256, (1, 224, 224, 3), dtype=np.uint8), "query": query}
+    photo = {"image": rng.integers(0, 256, (1, 768, 1024, 3), dtype=np.uint8), "query": query}
     names = [c.runtime for c in cases]
     assert any("(1 thread, in-page clock)" in n for n in names), names
     assert all(c.self_timed for c in cases)
     # the page makes its untimed warm run itself, in the same round trip as the timed one
     assert not any(c.warm_call for c in cases)
     for case in cases:
-        ms = float(case.run(inputs))
-        assert 0 < ms < 60_000, (case.runtime, ms)
+        for inputs in (crop, photo):
+            ms = float(case.run(inputs))
+            assert 0 < ms < 60_000, (case.runtime, ms)
 
 
 # ------------------------------------------------------------------ the server

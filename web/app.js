@@ -4,15 +4,16 @@
 import * as ort from './ort/ort.wasm.min.mjs';
 import { BertTokenizer } from './tokenizer.js';
 
-const MIN_SIDE = 16;              // the model looks at a 14x14 grid: smaller images carry nothing
-const MAX_SIDE = 16384;           // beyond this, browsers fail to allocate the decode
-const MAX_PIXELS = 80e6;
+// The model takes the photo as decoded: uint8 [1,H,W,3], RGB, rows top to bottom, EXIF orientation
+// applied, any size 16..8192 per side (config.json min_side/max_side, from pipeline/model.py). The
+// page does no crop, no resize and no float conversion: the graph does arr-coc-0-1's own resize.
 const MAX_BYTES = 64 * 1024 * 1024;
-const DISPLAY = 448;
+const DISPLAY = 448;          // CSS pixels of the longer side of the shown photo
+const DISPLAY_BACKING = 896;  // canvas pixels of the longer side (sharp on 2x screens); never upscaled
 
 const $ = (id) => document.getElementById(id);
-const state = { config: null, presets: null, sessions: {}, image: null, bitmap: null, last: null,
-                firstResultMs: null, busy: false, query: null, tokenizer: null, textSession: null };
+const state = { config: null, presets: null, sessions: {}, image: null, bitmap: null, last: null, lastInput: null,
+                overlay: null, firstResultMs: null, busy: false, query: null, tokenizer: null, textSession: null };
 
 class UserError extends Error {}
 
@@ -62,14 +63,16 @@ async function session(name) {
   return state.sessions[name];
 }
 
-// image [b,3,S,S], query [b,D] (Float32Array) -> outputs as plain arrays, and the run's latency
-async function runModel(name, image, query, batch = 1) {
+// image: uint8 pixels [b,H,W,3] (Uint8Array), query [b,D] (Float32Array) -> outputs as plain arrays,
+// and the run's latency (session.run only)
+async function runModel(name, image, height, width, query, batch = 1) {
   const c = state.config;
   const s = await session(name);
   const feeds = {
-    image: new ort.Tensor('float32', image, [batch, 3, c.image_size, c.image_size]),
+    image: new ort.Tensor('uint8', image, [batch, height, width, 3]),
     query: new ort.Tensor('float32', query, [batch, c.query_dim]),
   };
+  state.lastInput = { shape: [batch, height, width, 3], dtype: 'uint8', bytes: image.length, data: image };
   const t0 = performance.now();
   const out = await s.run(feeds);
   const ms = performance.now() - t0;
@@ -136,6 +139,31 @@ async function embedTexts(texts, batch = 1) {
 }
 
 // ---------- images ----------
+// The photo as the browser decodes it: EXIF orientation applied ('from-image'), no colour
+// management ('none': the pixels as stored, as PIL gives them; an embedded ICC profile is not
+// applied by either), no premultiplication where the browser honours it.
+const BITMAP_OPTIONS = { imageOrientation: 'from-image', colorSpaceConversion: 'none', premultiplyAlpha: 'none' };
+
+async function bitmapOf(blob) {
+  try {
+    return await createImageBitmap(blob, BITMAP_OPTIONS);
+  } catch (e) {
+    if (!(e instanceof TypeError)) throw e;  // an option this browser does not know: EXIF still applies
+    return createImageBitmap(blob, { imageOrientation: 'from-image' });
+  }
+}
+
+// The size of an image the browser could not decode into a bitmap (a header read by <img>), or null.
+function probeSize(blob) {
+  return new Promise((resolve) => {
+    const url = URL.createObjectURL(blob);
+    const img = new Image();
+    img.onload = () => { URL.revokeObjectURL(url); resolve([img.naturalWidth, img.naturalHeight]); };
+    img.onerror = () => { URL.revokeObjectURL(url); resolve(null); };
+    img.src = url;
+  });
+}
+
 async function decodeFile(file) {
   if (!file) throw new UserError('No file was given.');
   if (file.size === 0) throw new UserError(`"${file.name}" is empty.`);
@@ -145,54 +173,95 @@ async function decodeFile(file) {
   if (file.type && !file.type.startsWith('image/')) {
     throw new UserError(`"${file.name}" is not an image (${file.type}). Use a PNG, JPEG or WebP file.`);
   }
+  return decodeBlob(file, file.name);
+}
+
+async function decodeBlob(blob, name) {
   let bmp;
   try {
-    // EXIF orientation is applied, as a person expects to see the photo
-    bmp = await createImageBitmap(file, { imageOrientation: 'from-image' });
+    bmp = await bitmapOf(blob);
   } catch (e) {
-    throw new UserError(`"${file.name}" could not be decoded as an image. Use a PNG, JPEG or WebP file.`);
+    const size = await probeSize(blob);  // a photo too large to decode still says its size
+    if (size) checkSize(size[0], size[1], name);
+    throw new UserError(`"${name}" could not be decoded as an image. Use a PNG, JPEG or WebP file.`);
   }
-  checkSize(bmp, file.name);
+  try {
+    checkSize(bmp.width, bmp.height, name);
+  } catch (e) {
+    bmp.close();
+    throw e;
+  }
   return bmp;
 }
 
-function checkSize(bmp, name) {
-  const { width: w, height: h } = bmp;
-  if (Math.min(w, h) < MIN_SIDE) {
-    bmp.close();
-    throw new UserError(`"${name}" is too small (${w}×${h} pixels); use an image of at least ${MIN_SIDE}×${MIN_SIDE}.`);
+function checkSize(w, h, name) {
+  const { min_side: lo, max_side: hi } = state.config;
+  if (Math.max(w, h) > hi) {
+    throw new UserError(`"${name}" is ${w}×${h} pixels: the model takes photos of at most ${hi} pixels per side. ` +
+                        `Downscale it to ${hi} pixels or less on its longer side and open it again.`);
   }
-  if (Math.max(w, h) > MAX_SIDE || w * h > MAX_PIXELS) {
-    bmp.close();
-    throw new UserError(`"${name}" is too large (${w}×${h} pixels); the limit is ${MAX_SIDE} pixels a side and ${MAX_PIXELS / 1e6} megapixels.`);
+  if (Math.min(w, h) < lo) {
+    throw new UserError(`"${name}" is too small (${w}×${h} pixels); use an image of at least ${lo}×${lo}.`);
   }
 }
 
-// Centre square crop drawn on white (transparent pixels become white), scaled to `size`.
-function drawCrop(bmp, size) {
+// A bitmap's RGBA as stored (not premultiplied), read through WebGL2: a 2D canvas keeps premultiplied
+// alpha, which rounds the colour of semi-transparent pixels and blackens transparent ones, while
+// PIL's convert("RGB") keeps the stored colour. null where WebGL2 or the size is not available.
+function storedRGBA(bmp) {
+  const w = bmp.width, h = bmp.height;
+  const gl = document.createElement('canvas').getContext('webgl2');
+  if (!gl) return null;
+  try {
+    const limit = gl.getParameter(gl.MAX_TEXTURE_SIZE);
+    if (w > limit || h > limit) return null;
+    gl.pixelStorei(gl.UNPACK_PREMULTIPLY_ALPHA_WEBGL, false);
+    gl.pixelStorei(gl.UNPACK_COLORSPACE_CONVERSION_WEBGL, gl.NONE);
+    gl.pixelStorei(gl.UNPACK_FLIP_Y_WEBGL, false);
+    const tex = gl.createTexture();
+    gl.bindTexture(gl.TEXTURE_2D, tex);
+    gl.texImage2D(gl.TEXTURE_2D, 0, gl.RGBA8, w, h, 0, gl.RGBA, gl.UNSIGNED_BYTE, bmp);
+    const fb = gl.createFramebuffer();
+    gl.bindFramebuffer(gl.FRAMEBUFFER, fb);
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, tex, 0);
+    if (gl.checkFramebufferStatus(gl.FRAMEBUFFER) !== gl.FRAMEBUFFER_COMPLETE) return null;
+    const out = new Uint8Array(w * h * 4);
+    gl.readPixels(0, 0, w, h, gl.RGBA, gl.UNSIGNED_BYTE, out);  // texture row 0 = the photo's top row
+    return gl.getError() === gl.NO_ERROR ? out : null;
+  } finally {
+    const lose = gl.getExtension('WEBGL_lose_context');
+    if (lose) lose.loseContext();
+  }
+}
+
+// The decoded bitmap -> uint8 [H,W,3] RGB, rows top to bottom: drawn 1:1 on a canvas of the photo's
+// own size (no smoothing, no scaling), read back, alpha dropped. An opaque photo (every JPEG) is
+// read exactly so; one with transparency is read again through WebGL2 (storedRGBA), so that the
+// colour under the alpha is the stored one, as PIL's convert("RGB") keeps it.
+function photoPixels(bmp) {
+  const w = bmp.width, h = bmp.height;
   const canvas = document.createElement('canvas');
-  canvas.width = canvas.height = size;
-  const g = canvas.getContext('2d', { willReadFrequently: true });
-  g.fillStyle = '#fff';
-  g.fillRect(0, 0, size, size);
-  g.imageSmoothingEnabled = true;
-  g.imageSmoothingQuality = 'high';
-  const side = Math.min(bmp.width, bmp.height);
-  g.drawImage(bmp, (bmp.width - side) / 2, (bmp.height - side) / 2, side, side, 0, 0, size, size);
-  return canvas;
-}
-
-// RGBA canvas -> float32 [3,S,S] RGB in [0,1]
-function toTensor(canvas) {
-  const s = canvas.width;
-  const px = canvas.getContext('2d').getImageData(0, 0, s, s).data;
-  const out = new Float32Array(3 * s * s);
-  for (let i = 0; i < s * s; i++) {
-    out[i] = px[4 * i] / 255;
-    out[s * s + i] = px[4 * i + 1] / 255;
-    out[2 * s * s + i] = px[4 * i + 2] / 255;
+  canvas.width = w;
+  canvas.height = h;
+  const g = canvas.getContext('2d', { willReadFrequently: true, colorSpace: 'srgb' });
+  g.imageSmoothingEnabled = false;
+  g.drawImage(bmp, 0, 0);
+  let px = g.getImageData(0, 0, w, h).data;
+  canvas.width = canvas.height = 0;  // release the backing store now (a 12 MP canvas is 48 MB)
+  let alpha = 'opaque';
+  for (let i = 3; i < px.length; i += 4) {
+    if (px[i] !== 255) {
+      const stored = storedRGBA(bmp);
+      if (stored) { px = stored; alpha = 'transparent: colour as stored (WebGL2 read)'; }
+      else alpha = 'transparent: colour read through a canvas (semi-transparent pixels rounded, transparent ones black)';
+      break;
+    }
   }
-  return out;
+  const out = new Uint8Array(w * h * 3);
+  for (let i = 0, j = 0; i < px.length; i += 4, j += 3) {
+    out[j] = px[i]; out[j + 1] = px[i + 1]; out[j + 2] = px[i + 2];
+  }
+  return { pixels: out, width: w, height: h, alpha };
 }
 
 // ---------- drawing ----------
@@ -200,28 +269,47 @@ function heatColour(v) {  // blue (low) -> green -> red (high)
   return `hsla(${Math.round(240 * (1 - v))}, 100%, 50%, ${0.12 + 0.43 * v})`;
 }
 
+// The shown photo: its own aspect, the longer side DISPLAY_BACKING canvas pixels at most.
+function displaySize(w, h) {
+  const scale = Math.min(1, DISPLAY_BACKING / Math.max(w, h));
+  return { dw: Math.max(1, Math.round(w * scale)), dh: Math.max(1, Math.round(h * scale)) };
+}
+
+// The G x G grid over the WHOLE photo, as the model's resize stretches it: a cell is W/G wide and
+// H/G tall (not square on a non-square photo).
 function drawResult(res) {
   const c = state.config;
   const heat = $('heat');
   const g = heat.getContext('2d');
-  g.clearRect(0, 0, DISPLAY, DISPLAY);
-  const cell = DISPLAY / c.grid;
+  const dw = heat.width, dh = heat.height, G = c.grid;
+  g.clearRect(0, 0, dw, dh);
+  const cw = dw / G, ch = dh / G;
+  const box = (i) => { const col = i % G, row = Math.floor(i / G);
+    // edges at rounded multiples of the cell size: neighbouring cells tile without gaps or overlaps
+    const x0 = Math.round(col * cw), y0 = Math.round(row * ch);
+    return [x0, y0, Math.round((col + 1) * cw) - x0, Math.round((row + 1) * ch) - y0]; };
   res.relevance.forEach((v, i) => {
     g.fillStyle = heatColour(Math.min(1, Math.max(0, v)));
-    g.fillRect((i % c.grid) * cell, Math.floor(i / c.grid) * cell, cell, cell);
+    g.fillRect(...box(i));
   });
-  g.lineWidth = 2;
+  const line = Math.max(1, Math.round(Math.min(dw, dh) / 224));
+  g.lineWidth = line;
   for (const i of res.topk) {
-    const x = (i % c.grid) * cell, y = Math.floor(i / c.grid) * cell;
-    g.strokeStyle = '#000'; g.strokeRect(x + 1, y + 1, cell - 2, cell - 2);
-    g.strokeStyle = '#fff'; g.strokeRect(x + 2.5, y + 2.5, cell - 5, cell - 5);
+    const [x, y, w, h] = box(i);
+    g.strokeStyle = '#000'; g.strokeRect(x + line / 2, y + line / 2, w - line, h - line);
+    g.strokeStyle = '#fff'; g.strokeRect(x + 1.5 * line, y + 1.5 * line, w - 3 * line, h - 3 * line);
   }
+  const { width: W, height: H } = state.image;
+  state.overlay = { photo: [W, H], canvas: [dw, dh], grid: G, cell: [W / G, H / G],
+                    // the top-K cells in photo pixels: [left, top, right, bottom] (pipeline/overlay.py's cell_box)
+                    boxes: res.topk.map((i) => [(i % G) * W / G, Math.floor(i / G) * H / G,
+                                                (i % G + 1) * W / G, (Math.floor(i / G) + 1) * H / G]) };
   heat.dataset.drawn = '1';
   ['w0', 'w1', 'w2'].forEach((id, k) => {
     $(id).style.width = `${(100 * res.weights[k]).toFixed(1)}%`;
     $(`${id}v`).textContent = res.weights[k].toFixed(3);
   });
-  $('latency').textContent = `${res.ms.toFixed(1)} ms (inference only)`;
+  $('latency').textContent = `${res.ms.toFixed(1)} ms (inference only, ${W}×${H} photo)`;
   const q = res.query;
   if (q.kind === 'text') {
     $('ran-query').textContent = `typed: "${shorten(q.label)}" (${q.label.length} characters, ${q.tokens} tokens)`;
@@ -238,10 +326,18 @@ function drawResult(res) {
 }
 
 function showPhoto(bmp) {
+  const { dw, dh } = displaySize(bmp.width, bmp.height);
+  const stack = $('stack');
+  stack.style.aspectRatio = `${bmp.width} / ${bmp.height}`;
+  // a tall photo is as tall as a square one would be, not taller
+  stack.style.maxWidth = `${Math.min(DISPLAY, DISPLAY * bmp.width / bmp.height).toFixed(1)}px`;
+  for (const id of ['photo', 'heat']) { $(id).width = dw; $(id).height = dh; }
   const g = $('photo').getContext('2d');
-  g.drawImage(drawCrop(bmp, DISPLAY), 0, 0);
-  $('heat').getContext('2d').clearRect(0, 0, DISPLAY, DISPLAY);
+  g.imageSmoothingQuality = 'high';
+  g.drawImage(bmp, 0, 0, dw, dh);  // for the eye only: the model gets the decoded pixels
   delete $('heat').dataset.drawn;
+  const alpha = state.image && state.image.alpha !== 'opaque' ? `; ${state.image.alpha}` : '';
+  $('photo-size').textContent = `${bmp.width}×${bmp.height} pixels, handed to the model as decoded (uint8, no crop, no resize)${alpha}`;
 }
 
 // ---------- actions ----------
@@ -255,7 +351,8 @@ async function runCurrent() {
   const model = $('model').value;
   const query = state.query || presetQuery();
   setStatus('running…');
-  const res = await runModel(model, state.image, query.embedding);
+  const { pixels, height, width } = state.image;
+  const res = await runModel(model, pixels, height, width, query.embedding);
   res.model = model;
   res.query = { kind: query.kind, label: query.label, encoderMs: query.encoderMs, tokens: query.tokens };
   state.last = res;
@@ -268,7 +365,7 @@ async function runCurrent() {
 async function useBitmap(bmp) {
   if (state.bitmap) state.bitmap.close();
   state.bitmap = bmp;
-  state.image = toTensor(drawCrop(bmp, state.config.image_size));
+  state.image = photoPixels(bmp);
   showPhoto(bmp);
   return runCurrent();
 }
@@ -310,18 +407,20 @@ async function openSample(sample) {
   return guarded(async () => {
     const r = await fetch(sample.file);
     if (!r.ok) throw new UserError(`The sample ${sample.name} is missing from this build (HTTP ${r.status}).`);
-    const bmp = await createImageBitmap(await r.blob());
-    return useBitmap(bmp);
+    return useBitmap(await decodeBlob(await r.blob(), sample.name));
   });
 }
 
 // ---------- self-check: the golden bundle vs the Python onnxruntime reference ----------
+// selfcheck.json lists samples as golden.json does (pipeline/golden.py write_bundle): each sample is
+// one batch-1 run, its arrays (dtype, shape, byte offset into selfcheck.bin) under sample.arrays.
 async function loadBundle() {
   const c = state.config.selfcheck;
   const [meta, buf] = await Promise.all([fetchJson(c.index), fetch(c.data).then((r) => r.arrayBuffer())]);
-  const arr = (name) => {
-    const a = meta.arrays[name];
-    const Typed = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array }[a.dtype];
+  const arr = (sample, name) => {
+    const a = sample.arrays[name];
+    if (!a) throw new Error(`selfcheck.json: sample ${sample.name} has no array ${name}`);
+    const Typed = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array, uint8: Uint8Array }[a.dtype];
     return new Typed(buf.slice(a.offset, a.offset + a.bytes));
   };
   return { meta, arr };
@@ -361,29 +460,64 @@ function judge(metrics, gate) {
 
 async function selfCheck() {
   const { meta, arr } = await loadBundle();
-  const n = meta.samples.length, k = state.config.top_k;
-  const image = arr('image'), query = arr('query');
+  const k = state.config.top_k;
   const rows = [];
   for (const m of state.config.models) {
-    const res = await runModel(m.name, image, query, n);
-    const ref = { relevance: arr(`${m.name}.relevance`), weights: arr(`${m.name}.weights`), topk: arr(`${m.name}.topk_indices`) };
-    const metrics = compare(res, ref, n, k, m.browser_gate.tie_tolerance || 0);
+    const tie = m.browser_gate.tie_tolerance || 0;
+    const per = [], all = { relevance: [], weights: [], topk: [] }, refs = { relevance: [], weights: [], topk: [] };
+    for (const sample of meta.samples) {
+      const [, h, w] = sample.arrays.image.shape;
+      const res = await runModel(m.name, arr(sample, 'image'), h, w, arr(sample, 'query'), 1);
+      const ref = { relevance: arr(sample, `${m.name}.relevance`), weights: arr(sample, `${m.name}.weights`),
+                    topk: arr(sample, `${m.name}.topk_indices`) };
+      per.push({ name: sample.name, size: [w, h], metrics: compare(res, ref, 1, k, tie), ms: res.ms });
+      for (const key of Object.keys(all)) { all[key].push(...res[key]); refs[key].push(...ref[key]); }
+    }
+    // judged over all samples together, as the build's gate is
+    const metrics = compare(all, refs, per.length, k, tie);
     const fails = judge(metrics, m.browser_gate);
-    rows.push({ model: m.name, samples: n, metrics, gate: m.browser_gate, passed: fails.length === 0, failures: fails, ms: res.ms });
+    rows.push({ model: m.name, samples: per.length, perSample: per, metrics, gate: m.browser_gate,
+                passed: fails.length === 0, failures: fails });
   }
   renderSelfCheck(rows, meta.reference);
   return rows;
 }
 
+const esc = (t) => String(t).replace(/[&<>"]/g, (ch) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[ch]);
+const fmt = (v) => (v < 1e-3 && v > 0 ? v.toExponential(1) : v.toFixed(4));
+
 function renderSelfCheck(rows, reference) {
-  const fmt = (v) => (v < 1e-3 && v > 0 ? v.toExponential(1) : v.toFixed(4));
-  const body = rows.map((r) => `<tr><td>${r.model.toUpperCase()}</td><td>${r.samples}</td>` +
-    `<td>${fmt(r.metrics.relevance_max_abs)}</td><td>${fmt(r.metrics.weights_max_abs)}</td>` +
-    `<td>${r.metrics.topk_overlap_mean.toFixed(3)}</td>` +
-    `<td class="${r.passed ? 'pass' : 'fail'}" data-status="${r.passed ? 'pass' : 'fail'}">${r.passed ? 'PASS' : 'FAIL: ' + r.failures.join('; ')}</td></tr>`).join('');
-  $('selfcheck-result').innerHTML = `<h2>Self-check vs ${reference}</h2><table><tr><th>model</th><th>samples</th>` +
-    `<th>relevance max err</th><th>weights max err</th><th>top-K overlap</th><th>gate</th></tr>${body}</table>`;
+  const body = rows.map((r) => {
+    const samples = r.perSample.map((s) => `<tr class="sample" data-sample="${esc(s.name)}"><td></td>` +
+      `<td>${esc(s.name)} (${s.size[0]}×${s.size[1]})</td><td>${fmt(s.metrics.relevance_max_abs)}</td>` +
+      `<td>${fmt(s.metrics.weights_max_abs)}</td><td>${s.metrics.topk_overlap_mean.toFixed(3)}</td>` +
+      `<td>${s.ms.toFixed(1)} ms</td></tr>`).join('');
+    return `<tr><td>${r.model.toUpperCase()}</td><td>all ${r.samples}</td>` +
+      `<td>${fmt(r.metrics.relevance_max_abs)}</td><td>${fmt(r.metrics.weights_max_abs)}</td>` +
+      `<td>${r.metrics.topk_overlap_mean.toFixed(3)}</td>` +
+      `<td class="${r.passed ? 'pass' : 'fail'}" data-status="${r.passed ? 'pass' : 'fail'}">${r.passed ? 'PASS' : 'FAIL: ' + esc(r.failures.join('; '))}</td></tr>${samples}`;
+  }).join('');
+  $('selfcheck-result').innerHTML = `<h2>Self-check vs ${esc(reference)}</h2>` +
+    '<p class="hint">Each sample is one whole photo as the model takes it (uint8, its own size), run alone.</p>' +
+    '<table><tr><th>model</th><th>sample</th><th>relevance max err</th><th>weights max err</th><th>top-K overlap</th><th>gate / time</th></tr>' +
+    `${body}</table>${decodeGapHtml()}`;
   $('selfcheck-result').dataset.status = rows.every((r) => r.passed) ? 'pass' : 'fail';
+}
+
+// Chromium's JPEG decoding vs PIL's, measured at build time (config.json decode_gap): the same
+// page code path (photoPixels) on the golden JPEGs, and what the difference does to the model.
+function decodeGapHtml() {
+  const gap = state.config.decode_gap;
+  if (!gap || !gap.photos) {
+    return `<p id="decode-gap" class="hint">Browser JPEG decoding vs PIL: not measured in this build${gap && gap.note ? ` (${esc(gap.note)})` : ''}.</p>`;
+  }
+  const pct = (v) => `${(100 * v).toFixed(v > 0 && v < 0.001 ? 4 : 2)}%`;
+  const rows = gap.photos.map((p) => `<tr data-photo="${esc(p.name)}"><td>${esc(p.name)} (${p.size[0]}×${p.size[1]})</td>` +
+    `<td>${p.pixel_max_abs}</td><td>${p.pixel_mean_abs.toFixed(4)}</td><td>${pct(p.pixels_differing)}</td>` +
+    `<td>${p.topk_overlap_mean.toFixed(3)} / ${p.topk_overlap_min.toFixed(3)}</td><td>${fmt(p.relevance_max_abs)}</td></tr>`).join('');
+  return `<div id="decode-gap"><h2>Browser JPEG decoding vs PIL</h2><p class="hint">${esc(gap.summary)}</p>` +
+    '<table><tr><th>JPEG</th><th>pixel max abs</th><th>pixel mean abs</th><th>pixels differing</th>' +
+    `<th>top-K overlap mean / min</th><th>relevance max abs</th></tr>${rows}</table></div>`;
 }
 
 // ---------- test / verification hooks (used by the build's verifier and the tests) ----------
@@ -393,26 +527,51 @@ function b64ToF32(b64) {
   for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
   return new Float32Array(bytes.buffer);
 }
-function f32ToB64(f) {
-  const bytes = new Uint8Array(f.buffer, f.byteOffset, f.byteLength);
+function f32ToB64(f) { return u8ToB64(new Uint8Array(f.buffer, f.byteOffset, f.byteLength)); }
+
+function u8ToB64(bytes) {
   let s = '';
   for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
   return btoa(s);
 }
 
+// Photos reach the page by URL from the server it came from: 36 MB of a 12 MP photo took 21-34 s
+// as a base64 argument through Playwright, 0.2-0.4 s as a fetch (measured in headless Chromium).
+async function fetchBytes(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return new Uint8Array(await r.arrayBuffer());
+}
+
 window.arrcoc = {
-  // Raw tensors in, raw outputs out (base64 float32): how parity is measured without browser resizing.
-  async runRaw(model, imageB64, queryB64, batch) {
-    const r = await runModel(model, b64ToF32(imageB64), b64ToF32(queryB64), batch);
+  // Raw uint8 pixels [b,H,W,3] (fetched from imageUrl) and a base64 float32 query in, raw outputs
+  // out (base64 float32): how parity is measured on exactly the golden pixels.
+  async runUrl(model, imageUrl, shape, queryB64) {
+    const [b, h, w] = shape;
+    const image = await fetchBytes(imageUrl);
+    if (image.length !== b * h * w * 3) throw new Error(`${imageUrl}: ${image.length} bytes, expected ${b}x${h}x${w}x3`);
+    const r = await runModel(model, image, h, w, b64ToF32(queryB64), b);
     return { relevance: f32ToB64(r.relevance), weights: f32ToB64(r.weights), topk: r.topk, ms: r.ms };
   },
-  // For `invoke bench`: upload inputs once, then time runs of them (returns the in-page ms).
+  // An image file (by URL) decoded exactly as the page decodes a user's photo: uint8 RGB [H,W,3] (base64).
+  async decodeUrl(url) {
+    const blob = new Blob([await fetchBytes(url)]);
+    const bmp = await bitmapOf(blob);
+    try {
+      const { pixels, width, height, alpha } = photoPixels(bmp);
+      return { width, height, alpha, pixels: u8ToB64(pixels) };
+    } finally { bmp.close(); }
+  },
+  // For `invoke bench`: fetch the inputs once, then time runs of them (returns the in-page ms).
   // An untimed run comes right before the timed one, in the same call, as the native cases do it
   // (a separate round trip left the page idle in between: G=14 median 1.09 ms, now 0.84).
-  store(imageB64, queryB64) { state.stored = { image: b64ToF32(imageB64), query: b64ToF32(queryB64) }; },
-  async runStored(model, batch) {
-    await runModel(model, state.stored.image, state.stored.query, batch);
-    return (await runModel(model, state.stored.image, state.stored.query, batch)).ms;
+  async storeUrl(imageUrl, shape, queryB64) {
+    state.stored = { image: await fetchBytes(imageUrl), shape, query: b64ToF32(queryB64) };
+  },
+  async runStored(model) {
+    const { image, shape: [b, h, w], query } = state.stored;
+    await runModel(model, image, h, w, query, b);
+    return (await runModel(model, image, h, w, query, b)).ms;
   },
   selfCheck: () => guarded(selfCheck),
   // The self-check's top-K rule, for the test that holds it to pipeline/parity.py's.
@@ -427,6 +586,15 @@ window.arrcoc = {
   runText: (text) => guarded(() => runText(text)),
   threads: () => ort.env.wasm.numThreads,
   imageSize: () => state.bitmap && [state.bitmap.width, state.bitmap.height],  // after EXIF rotation
+  // What the model was last fed: shape [b,H,W,3] and dtype; lastInputPixels() gives the bytes (base64).
+  lastInput: () => state.lastInput && { shape: state.lastInput.shape, dtype: state.lastInput.dtype, bytes: state.lastInput.bytes },
+  lastInputPixels: () => state.lastInput && u8ToB64(state.lastInput.data),
+  async lastInputSha256() {  // hex SHA-256 of those bytes: checks a 12 MP input without moving 36 MB
+    const d = new Uint8Array(await crypto.subtle.digest('SHA-256', state.lastInput.data));
+    return Array.from(d, (x) => x.toString(16).padStart(2, '0')).join('');
+  },
+  // The drawn overlay: photo and canvas sizes, the cell size in photo pixels, the top-K cells' boxes.
+  overlay: () => state.overlay,
   firstResultMs: () => state.firstResultMs,
   last: () => state.last && { ...state.last, relevance: Array.from(state.last.relevance), weights: Array.from(state.last.weights) },
   textEnabled: () => Boolean(state.config && state.config.text_encoder),
