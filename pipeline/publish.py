@@ -183,8 +183,9 @@ def prepare_out_dir(out: Path) -> None:
             pass
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise OutputDirError(
-            f"cannot write beside output folder {out} ({getattr(exc, 'strerror', None) or exc})",
-            f"pass a folder whose parent is writable with --out (its state goes in {state.name})",
+            f"cannot write to output folder {out} ({getattr(exc, 'strerror', None) or exc}; "
+            f"its state goes beside it, in {state.name})",
+            "pass a writable folder with --out (one whose parent folder is writable too), or fix its permissions",
         ) from exc
     check_takeover(out)
 

@@ -161,9 +161,16 @@ def test_published_beats_unverified_and_bad_bytes_are_refused(parts, tmp_path):
     weak = copy_part(parts[1], tmp_path / "weak", unverified)
     chosen = choose(read_parts([weak, parts[0]]))
     assert chosen["onnx"][0].label == str(parts[0]) and chosen["onnx-int8"][0].label == str(weak)
-    (weak / "onnx-int8" / "model.int8.onnx").write_bytes(b"tampered")
+    model = weak / "onnx-int8" / "model.int8.onnx"
+    size = model.stat().st_size
+    model.write_bytes(b"tampered".ljust(size, b"\0"))  # same size, other bytes: the sha256 refuses it
     (tmp_path / "run").mkdir()
     with pytest.raises(MergeError, match="differs from"):
+        stage(chosen, tmp_path / "run")
+    model.write_bytes(b"tampered")  # another size: refused before a byte is copied
+    shutil.rmtree(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(MergeError, match="has 8 bytes"):
         stage(chosen, tmp_path / "run")
 
 
