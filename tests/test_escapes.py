@@ -599,3 +599,36 @@ def test_an_empty_value_is_an_error_not_the_default(argv, tmp_path, monkeypatch)
     code, out, err = invoke(*argv)
     line = one_line_error(code, err)
     assert "is empty" in line
+
+
+def test_an_output_folder_of_the_previous_layout_moves_across_and_keeps_what_it_does_not_know(tmp_path):
+    """OUT of the previous layout (public links through OUT/.current): the next publish moves its
+    current generation, caches and bench.json across, OUT becomes the link, and a file of yours
+    in the old folder is kept and named; the old layout's own links, lock and log are removed."""
+    from pipeline import cli, publish
+
+    out = tmp_path / "out"
+    gen = out / ".generations" / "20250101-000000-1-abcdef"
+    (gen / "t").mkdir(parents=True)
+    (gen / "t" / "a.bin").write_bytes(b"old")
+    (gen / "manifest.json").write_text(json.dumps(manifest_for({"t": entry_for("t", gen / "t")})))
+    os.symlink(".generations/20250101-000000-1-abcdef", out / ".current")
+    for name in ("manifest.json", "t"):
+        os.symlink(f".current/{name}", out / name)
+    (out / ".cache" / "export").mkdir(parents=True)
+    (out / ".cache" / "export" / "k.pt2").write_bytes(b"program")
+    (out / "bench.json").write_text("{}")
+    (out / "build.log").write_text("log")
+    (out / ".lock").write_text("1")
+    (out / "mine.txt").write_text("a file of yours")
+    assert cli.verify(str(out)) == 0  # verify reads the previous layout's current generation
+    notes = []
+    publish.prepare_out_dir(out)
+    with publish.build_lock(out, log=notes.append):
+        publish.recover(out, publish.read_manifest(out), log=notes.append)
+    assert out.is_symlink() and (out / "t" / "a.bin").read_bytes() == b"old" and (out / "bench.json").exists()
+    assert (publish.state_dir(out) / ".cache" / "export" / "k.pt2").read_bytes() == b"program"
+    kept = [p for p in tmp_path.rglob("mine.txt")]
+    assert len(kept) == 1 and kept[0].read_text() == "a file of yours" and any(str(kept[0].parent) in n for n in notes)
+    publish_files(out, {"a.bin": b"new"})
+    assert cli.verify(str(out)) == 0 and (out / "t" / "a.bin").read_bytes() == b"new"
