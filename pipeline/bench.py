@@ -138,18 +138,20 @@ def bench_inputs(heldout, cfg, batches) -> list[tuple[str, dict]]:
 def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print) -> dict:
     from .checkpoint import load_checkpoint
     from .golden import build_golden_set
-    from .publish import build_lock, read_manifest, write_json_atomic
+    from .publish import build_lock, check_published, pinned, read_manifest, write_json_atomic
 
-    manifest = read_manifest(out)
+    base = pinned(out)  # one generation: a build publishing meanwhile changes nothing benched here
+    manifest = read_manifest(base)
     if not manifest.get("targets"):
         raise InputError(f"no published artifacts in {out}", "run `invoke build` first")
+    check_published(out, base, manifest, targets)
     settings = manifest["checkpoint"].get("model") or {}
     ckpt = load_checkpoint(manifest["checkpoint"]["path"], grid=settings.get("grid"), top_k=settings.get("top_k"))
     heldout = build_golden_set(ckpt.model, ckpt.config).heldout
     cases = torch_cases(ckpt.model)
     for name, entry in manifest["targets"].items():
         if entry.get("status") in ("published",) and name in targets:
-            cases += targets[name].bench_cases(out, entry)
+            cases += targets[name].bench_cases(base, entry)
     rows = []
     for label, inputs in bench_inputs(heldout, ckpt.config, batches):
         batch = len(inputs["image"])

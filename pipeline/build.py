@@ -185,7 +185,7 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
         target.check_options(options, ckpt.config)
     if ckpt.ignored_keys:
         log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
-    program = export_cached(ckpt, out / ".cache" / "export")
+    program = export_cached(ckpt, publish.cache_root(out) / "export")
     log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
     golden = build_golden_set(ckpt.model, ckpt.config)
     run_dir = publish.new_staging(out)
@@ -200,7 +200,7 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
         if chosen:
             previous = publish.read_manifest(out)
             kept = [s for s in stages.values() if s.target.name in chosen or s.status in ("failed", "skipped")]
-            data = manifest_mod.merge(previous, ckpt, program, golden, kept, out)
+            data = manifest_mod.merge(previous, ckpt, program, golden, kept, publish.state_dir(out))
             publish.publish(out, {n: stages[n].staging for n in chosen}, data,
                             write_extras=lambda gen: _write_report(out, gen, kept, ckpt, golden, log), log=log)
     finally:

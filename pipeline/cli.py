@@ -1,6 +1,7 @@
 """Command-line entry points behind tasks.py: argument handling, the summary table, exit codes."""
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -69,9 +70,14 @@ def print_reasons(result) -> None:
             print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
 
 
-def guarded(task, verbose: bool) -> int:
+def guarded(task, verbose: bool, name: str = "task") -> int:
     """Run a task body and return its exit code. A typed error prints its one line; anything else
-    (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose."""
+    (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose.
+    Ctrl-C (or SIGTERM) at any moment of any task is exit 130 and one line: Invoke would answer a
+    KeyboardInterrupt that reaches it with exit 1 and no message."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return task() or 0
     except ArrcocError as exc:
@@ -79,6 +85,14 @@ def guarded(task, verbose: bool) -> int:
             traceback.print_exc()
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt as exc:
+        from .errors import BuildInterrupted
+
+        why = str(exc) or "SIGINT"
+        fix = ("nothing to fix: `invoke serve` starts it again" if name == "serve" else
+               f"nothing was changed by the interrupted step: run `invoke {name}` again")
+        print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
+        return BuildInterrupted.exit_code
     except Exception as exc:  # noqa: BLE001 - the promise is one line, whatever went wrong
         if verbose:
             traceback.print_exc()
@@ -86,11 +100,19 @@ def guarded(task, verbose: bool) -> int:
         print(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and report the traceback",
               file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame):
+    import signal
+
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
     """`invoke build`: returns the process exit code."""
-    return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose)
+    return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose, "build")
 
 
 def _build(targets, checkpoint, out, verbose, options) -> int:
@@ -105,20 +127,22 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     options = {**options, "grid": opts.optional_positive("grid", options.get("grid")),
                "top_k": opts.optional_positive("top-k", options.get("top_k"))}
     from .console import LOG_NAME, build_console
+    from .publish import state_dir
 
-    root = Path(out) if out else DEFAULT_OUT
-    with build_console(root, verbose) as console:
+    root = opts.out_folder(out, DEFAULT_OUT)
+    ckpt = opts.checkpoint_path(checkpoint, DEFAULT_CHECKPOINT)
+    with build_console(state_dir(root), verbose) as console:
         result = run_build(
             requested,
             target_table.TARGETS,
-            Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT,
+            ckpt,
             root,
             log=console.log,
             strict=names != ["all"],
             options=options,
         )
     if not verbose:
-        print(f"third-party messages (warnings, converter output): {root / LOG_NAME}")
+        print(f"third-party messages (warnings, converter output): {state_dir(root) / LOG_NAME}")
     print()
     print(format_table(summary_rows(result)))
     print_reasons(result)
@@ -137,55 +161,93 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
 
 def verify(out: str | None, verbose: bool = False) -> int:
     """`invoke verify`: every file the manifest lists exists with its bytes and sha256, and the
-    published folders hold no file the manifest does not list."""
-    return guarded(lambda: _verify(Path(out) if out else DEFAULT_OUT), verbose)
+    published folders hold nothing the manifest does not list (no other file, no link)."""
+    return guarded(lambda: _verify(opts.in_folder(out, DEFAULT_OUT)), verbose, "verify")
 
 
 def _verify(root: Path) -> int:
-    from .checkpoint import sha256_file
+    """Reads one generation: the one OUT links to when verify starts. A publish switching OUT
+    meanwhile removes that generation; then verify starts over on the new one (up to 5 times)."""
+    from . import publish
     from .errors import InputError
-    from .publish import read_manifest
 
-    manifest = read_manifest(root)
-    if not manifest:
-        raise InputError(f"no manifest in {root}", "run `invoke build` first")
-    bad = 0
-    for name, entry in manifest.get("targets", {}).items():
-        listed = {f["path"] for f in entry.get("files", [])}
-        for f in entry.get("files", []):
-            path = root / f["path"]
-            if not path.is_file() or path.stat().st_size != f["bytes"] or sha256_file(path) != f["sha256"]:
-                print(f"MISMATCH {f['path']}")
-                bad += 1
-        for rel in sorted(on_disk(root, name) - listed) if listed else []:
-            print(f"UNLISTED {rel}")
-            bad += 1
-        print(f"{name:12s} {entry.get('status')}: {len(listed)} files checked")
+    for _ in range(5):
+        before = publish.generation_id(root)
+        base = publish.pinned(root)
+        manifest = publish.read_manifest(base)
+        if not manifest:
+            raise InputError(f"no manifest in {root}", "run `invoke build` first")
+        lines, bad = check_published(base, manifest)
+        if not bad or publish.generation_id(root) == before:
+            break
+    print("\n".join(lines))
     if bad:
-        print(f"error: {bad} file(s) differ from the manifest -> fix: rebuild with `invoke build`", file=sys.stderr)
+        print(f"error: {bad} finding(s) differ from the manifest -> fix: rebuild with `invoke build` "
+              f"(remove links and files you added to {root})", file=sys.stderr)
         return 3
     return 0
 
 
-def on_disk(root: Path, name: str) -> set[str]:
-    """Every file under root/name (through the public symlink), as manifest-style paths."""
-    import os
+def check_published(base: Path, manifest: dict) -> tuple[list[str], int]:
+    """(lines to print, number of findings) for the publish in folder `base`."""
+    from . import publish
 
-    found = set()
-    for folder, _, files in os.walk(root / name):
-        for f in files:
-            found.add((Path(folder, f).relative_to(root)).as_posix())
+    lines, bad = [], 0
+    for name, entry in manifest.get("targets", {}).items():
+        listed = {f["path"] for f in entry.get("files", [])}
+        for f in entry.get("files", []):
+            why = publish.check_file(base, f)
+            if why:
+                lines.append(f"MISMATCH {f['path']} ({why})")
+                bad += 1
+        if listed or os.path.lexists(base / name):
+            for kind, rel in unlisted(base, name, listed):
+                lines.append(f"{kind} {rel}")
+                bad += 1
+        lines.append(f"{name:12s} {entry.get('status')}: {len(listed)} files checked")
+    return lines, bad
+
+
+def unlisted(base: Path, name: str, listed: set[str]) -> list[tuple[str, str]]:
+    """Every entry under base/name that the manifest does not account for, never following a
+    link: ("LINK", path -> target) for any link, ("UNLISTED", path) for a file not listed,
+    something that is not a regular file, or a folder holding no listed file."""
+    found = []
+
+    def walk(rel: str) -> bool:  # True when the folder holds a listed file
+        path = base / rel
+        if path.is_symlink():
+            found.append(("LINK", f"{rel} -> {os.readlink(path)}"))
+            return False
+        if path.is_dir():
+            holds = False
+            try:
+                children = sorted(os.listdir(path))
+            except OSError:
+                children = []
+            for child in children:
+                holds = walk(f"{rel}/{child}") or holds
+            if not holds and rel != name:
+                found.append(("UNLISTED", rel + "/"))
+            return holds
+        if rel in listed and path.is_file():
+            return True
+        if rel not in listed and os.path.lexists(path):
+            found.append(("UNLISTED", rel))
+        return rel in listed
+
+    walk(name)
     return found
 
 
 def merge(parts: str | None, out: str | None, checkpoint: str | None = None, verbose: bool = False) -> int:
     """`invoke merge`: join published folders of one checkpoint (built on several hosts) into one."""
-    return guarded(lambda: _merge(parts, out, checkpoint), verbose)
+    return guarded(lambda: _merge(parts, out, checkpoint), verbose, "merge")
 
 
 def _merge(parts, out, checkpoint) -> int:
     folders = opts.part_folders(parts)
-    root = Path(out) if out else DEFAULT_OUT
+    root = opts.out_folder(out, DEFAULT_OUT)
     ckpt = opts.existing_file("checkpoint", checkpoint) if checkpoint is not None else None
     from .merge import run_merge
 
@@ -205,41 +267,35 @@ def _host_cell(host: dict) -> str:
 
 
 def clean(out: str | None, verbose: bool = False) -> int:
-    """`invoke clean`: remove what builds wrote (never anything else in the folder)."""
-    return guarded(lambda: _clean(Path(out) if out else DEFAULT_OUT), verbose)
+    """`invoke clean`: remove what builds wrote, as their ledger records it (never anything else)."""
+    return guarded(lambda: _clean(opts.out_folder(out, DEFAULT_OUT)), verbose, "clean")
 
 
 def _clean(root: Path) -> int:
-    import os
-
     from . import publish
-    from .errors import OutputDirError
 
-    if not root.is_dir():
-        print(f"nothing to clean: {root} is not a folder")
+    state = publish.state_dir(root)
+    if not (state / publish.LEDGER).is_file() and publish._old_layout_generation(root) is None:
+        print(f"nothing to clean: {root} is not an output folder of arrcoc-edge (no {state.name}/"
+              f"{publish.LEDGER}); nothing was removed")
         return 0
     try:
-        names = list(publish.read_manifest(root).get("targets", {}))
-    except OutputDirError:
-        names = []  # a broken manifest: remove what we know by layout, never follow its names
-    links = [p.name for p in root.iterdir() if p.is_symlink() and os.readlink(p).startswith(publish.CURRENT + "/")]
-    try:
-        with publish.build_lock(root, lambda m: print(m, flush=True)):
-            for name in [*names, *links, publish.MANIFEST, *publish.REPORT_FILES, "build.log", publish.CURRENT,
-                         publish.GENERATIONS, publish.STAGING, ".cache"]:
-                if not publish.remove_tree(root / name):
-                    raise OSError(f"{root / name} stays")
-        (root / ".lock").unlink(missing_ok=True)
+        kept = publish.clean(root, lambda m: print(m, flush=True))
     except OSError as exc:
+        from .errors import OutputDirError
+
         raise OutputDirError(f"cannot clean {root} ({exc.strerror or exc})",
                              "fix its permissions (chmod, chattr -i) and run clean again") from exc
     print(f"cleaned {root}")
+    for path in kept:
+        print(f"kept {path}")
     return 0
 
 
 def bench(out: str | None, runs, verbose: bool = False) -> int:
     """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
-    return guarded(lambda: _bench(Path(out) if out else DEFAULT_OUT, opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50)), verbose)
+    return guarded(lambda: _bench(opts.in_folder(out, DEFAULT_OUT), opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50)),
+                   verbose, "bench")
 
 
 def _bench(root: Path, runs: int) -> int:
@@ -306,19 +362,19 @@ def serve(out: str | None, port, verbose: bool = False) -> int:
 
     def run():
         number = opts.port(port)
-        serve_forever((Path(out) if out else DEFAULT_OUT) / "web", number, tracebacks=verbose)
+        serve_forever(opts.in_folder(out, DEFAULT_OUT) / "web", number, tracebacks=verbose)
 
-    return guarded(run, verbose)
+    return guarded(run, verbose, "serve")
 
 
 def train(out: str | None, steps, seed, verbose: bool = False) -> int:
     """`invoke train`: options checked here, before minutes of training."""
     def run():
-        path = opts.writable_file("out", out) if out else None
+        path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
         from .train import main
 
         return main(str(path) if path else None, n_steps, n_seed)
 
-    return guarded(run, verbose)
+    return guarded(run, verbose, "train")

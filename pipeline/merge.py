@@ -11,14 +11,18 @@ build can be split over several hosts (CI runners), each building and verifying 
   one built from the upstream entries the merge keeps wins, so the hash chain holds;
 - each target keeps its files, parity and gate, and records the host that built and verified it
   and every part's `.pt2` sha256 (equal when the export was reproducible);
-- only the files a part's manifest lists are copied, each checked against its sha256;
+- only the files a part's manifest lists are copied: each a regular file inside the part reached
+  without following a link (no FIFO, no link out of the part), its size checked before a byte is
+  copied and its sha256 while copying; every path a part's manifest names stays inside the part,
+  and --out may not be, hold or lie inside a part;
 - the result goes through publish.publish under build_lock, like a build: one rename switches
   it in, and an interrupted merge leaves the output folder as it was.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import platform
-import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -34,12 +38,13 @@ KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best 
 
 @dataclass
 class Part:
-    path: Path
+    path: Path  # the folder read: the generation the part's link named when the merge began
     manifest: dict
+    given: Path | None = None  # the folder as the user named it (resolved), for messages and records
 
     @property
     def label(self) -> str:
-        return str(self.path)
+        return str(self.given or self.path)
 
     @property
     def host(self) -> dict:
@@ -62,12 +67,59 @@ class Part:
 def read_parts(paths: list[Path]) -> list[Part]:
     parts = []
     for path in paths:
-        data = publish.read_manifest(path)
+        base = publish.pinned(path)  # one generation, however often the part is republished meanwhile
+        data = publish.read_manifest(base)
         if not data.get("targets"):
             raise InputError(f"{path} holds no published manifest",
                              "pass folders written by `invoke build` (their manifest.json lists targets)")
-        parts.append(Part(path, data))
+        check_part(data, path)
+        parts.append(Part(base, data, path))
     return parts
+
+
+def check_part(data: dict, path: Path) -> None:
+    """Refuse a part whose manifest merge would trip over or follow out of the part: every field
+    merge reads has its type, and every path it names stays inside the part."""
+    def bad(why: str):
+        raise MergeError(f"{path}'s manifest is not one `invoke build` writes ({why})",
+                         f"rebuild that part (`invoke build --out {path}`), or leave it out of --parts")
+
+    def typed(value, kind, where):
+        if not isinstance(value, kind):
+            bad(f"{where} is a JSON {type(value).__name__}")
+        return value
+
+    ckpt = typed(data.get("checkpoint"), dict, "checkpoint")
+    typed(ckpt.get("sha256"), str, "checkpoint.sha256")
+    typed(ckpt.get("model", {}), dict, "checkpoint.model")
+    for key in ("toolchain", "host_info", "golden"):
+        typed(data.get(key, {}), dict, key)
+    program = typed(data.get("exported_program", {}), dict, "exported_program")
+    if "path" in program:
+        publish.safe_relative(typed(program["path"], str, "exported_program.path"), "exported_program.path", MergeError)
+        typed(program.get("sha256"), str, "exported_program.sha256")
+    for name, entry in data["targets"].items():
+        typed(entry.get("status"), str, f"targets.{name}.status")
+        prov = typed(entry.get("provenance", {}), dict, f"targets.{name}.provenance")
+        typed(prov.get("upstream", {}), dict, f"targets.{name}.provenance.upstream")
+        for variant in typed(entry.get("variants", {}), dict, f"targets.{name}.variants"):
+            if not publish.NAME.fullmatch(variant):
+                bad(f"variant {variant[:40]!r} of {name} is not a plain name")
+        for f in entry.get("files", []):
+            publish.safe_relative(f["path"], f"targets.{name}.files", MergeError)
+
+
+def check_out_apart(out: Path, parts: list[Path]) -> None:
+    """--out may not be a part, lie inside one, or hold one: merging would write into what it reads."""
+    mine = {Path(os.path.realpath(p)) for p in (out, publish.state_dir(out)) if os.path.lexists(p)}
+    mine |= {out, publish.state_dir(out)}
+    for part in parts:
+        theirs = {part, Path(os.path.realpath(part))}
+        for a in mine:
+            for b in theirs:
+                if a == b or a.is_relative_to(b) or b.is_relative_to(a):
+                    raise MergeError(f"--out {out} and part {part} overlap (one is, or holds, the other)",
+                                     "pass a new folder with --out, outside every part")
 
 
 def check_same_build(parts: list[Part]) -> None:
@@ -188,45 +240,72 @@ def merged_manifest(parts: list[Part], chosen: dict) -> dict:
     }
 
 
+def copy_checked(base: Path, rel: str, dest: Path, size: int | None, sha256: str, label: str) -> None:
+    """Copy base/rel to dest: a regular file reached without following a link (never a FIFO, a
+    device or a link out of the part), its size checked before a byte is copied, its sha256
+    while copying; a file that differs is removed again and refused."""
+    try:
+        fd, actual = publish.open_regular(base, rel)
+    except OSError as exc:
+        why = publish.why_not_regular(exc)
+        raise MergeError(f"{base / rel} is listed in {label}'s manifest but is {why}",
+                         f"run `invoke verify --out {label}` and rebuild that part") from exc
+    with os.fdopen(fd, "rb") as src:
+        if size is not None and actual != size:
+            raise MergeError(f"{base / rel} has {actual} bytes, {label}'s manifest says {size}",
+                             f"run `invoke verify --out {label}` and rebuild that part")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        with open(dest, "wb") as f:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                digest.update(block)
+                f.write(block)
+        os.utime(dest, ns=(os.fstat(src.fileno()).st_atime_ns, os.fstat(src.fileno()).st_mtime_ns))
+    if digest.hexdigest() != sha256:
+        dest.unlink()
+        raise MergeError(f"{base / rel} differs from {label}'s manifest (bytes or sha256)",
+                         f"run `invoke verify --out {label}` and rebuild that part")
+
+
 def stage(chosen: dict, run_dir: Path) -> dict[str, Path]:
-    """Copy exactly the files each kept entry lists, checking each against its sha256."""
+    """Copy exactly the files each kept entry lists, checking each against its size and sha256."""
     staged = {}
     for name, (part, entry) in chosen.items():
         folder = run_dir / name
         folder.mkdir()
         for f in entry.get("files", []):
-            src, dest = part.path / f["path"], run_dir / f["path"]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if not src.is_file():
-                raise MergeError(f"{src} is listed in {part.label}'s manifest but missing",
-                                 f"run `invoke verify --out {part.label}` and rebuild that part")
-            shutil.copy2(src, dest)
-            if dest.stat().st_size != f["bytes"] or sha256_file(dest) != f["sha256"]:
-                raise MergeError(f"{src} differs from {part.label}'s manifest (bytes or sha256)",
-                                 f"run `invoke verify --out {part.label}` and rebuild that part")
+            copy_checked(part.path, f["path"], run_dir / f["path"], f["bytes"], f["sha256"], part.label)
         staged[name] = folder
     return staged
 
 
 def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[str]:
     """The first part's .pt2 and each kept variant's saved held-out outputs (for the report's
-    maps), into OUT/.cache like a build keeps them. Returns the variants whose outputs are missing
+    maps), into OUT's cache like a build keeps them. Returns the variants whose outputs are missing
     (a part uploaded without its .cache): the report says so."""
     from .report import outputs_dir
 
-    program = (parts[0].manifest.get("exported_program") or {}).get("path")
-    if program and (parts[0].path / program).is_file() and not (out / program).exists():
-        (out / program).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(parts[0].path / program, out / program)
+    program = parts[0].manifest.get("exported_program") or {}
+    rel = program.get("path")
+    dest = publish.cache_root(out).parent / rel if rel else None
+    if rel and rel.startswith(publish.CACHE + "/") and not dest.exists():
+        try:
+            copy_checked(parts[0].path, rel, dest, None, program.get("sha256"), parts[0].label)
+        except MergeError as exc:
+            log(f"note: the exported program was not copied ({exc.problem})")
     missing = []
     for name, (part, entry) in chosen.items():
         for variant in entry.get("variants", {}):
             src = outputs_dir(part.path) / f"{name}.{variant}.npz"
-            if src.is_file():
-                outputs_dir(out).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, outputs_dir(out) / src.name)
-            else:
+            try:
+                fd, _ = publish.open_regular(part.path, src.relative_to(part.path).as_posix())
+            except OSError:
                 missing.append(f"{name} {variant} ({part.label})")
+                continue
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+            outputs_dir(out).mkdir(parents=True, exist_ok=True)
+            (outputs_dir(out) / src.name).write_bytes(data)
     if missing:
         log(f"note: no saved outputs for {', '.join(missing)}: the report shows no maps for them")
     return missing
@@ -258,10 +337,15 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     """Check every part, then publish the merged folder in one switch. Returns the manifest.
     The checkpoint only draws the report's pictures: --checkpoint, else the path the parts
     recorded, else `default_checkpoint`, whichever has the parts' sha256."""
+    check_out_apart(out, part_paths)
     parts = read_parts(part_paths)
-    check_same_build(parts)
-    chosen = choose(parts)
-    data = merged_manifest(parts, chosen)
+    try:
+        check_same_build(parts)
+        chosen = choose(parts)
+        data = merged_manifest(parts, chosen)
+    except (TypeError, AttributeError, KeyError, ValueError) as exc:  # a field check_part does not know
+        raise MergeError(f"a part's manifest has a field of the wrong type or shape ({type(exc).__name__}: {exc})",
+                         "rebuild the parts with `invoke build`; merge only folders it wrote") from exc
     candidates = [checkpoint] if checkpoint else [Path(str(data["checkpoint"].get("path"))), default_checkpoint]
     heldout = heldout_for(data, [p for p in candidates if p], checkpoint is not None, log)
     publish.prepare_out_dir(out)

@@ -48,15 +48,42 @@ def target_names(text: str | None) -> list[str]:
     return names
 
 
+def _not_empty(name: str, value) -> str:
+    """An option given as '' (or only spaces) is a mistake (an unset shell variable, say), never
+    "the default": the default is what you get by leaving the option out."""
+    if not str(value).strip():
+        raise InputError(f"--{name} is empty ({_shown(value)})", f"leave --{name} out for the default, or give a value")
+    return str(value)
+
+
+def out_folder(value: str | None, default: Path, name: str = "out") -> Path:
+    """An output folder named on the command line, resolved once, here: absolute, links in its
+    parents followed (pipeline.publish.output_path). Everything after uses only this path."""
+    from .publish import output_path
+
+    return output_path(str(default) if value is None else _not_empty(name, value))
+
+
+def in_folder(value: str | None, default: Path, name: str = "out") -> Path:
+    """A folder to read (verify, bench, serve), resolved once like out_folder."""
+    return out_folder(value, default, name)
+
+
+def checkpoint_path(value: str | None, default: Path) -> Path:
+    """--checkpoint: the default when left out; '' is an error; else an absolute path (the
+    manifest records it, and later tasks run from other folders read it)."""
+    return default if value is None else Path(os.path.abspath(_not_empty("checkpoint", value)))
+
+
 def existing_folder(name: str, value: str) -> Path:
-    path = Path(value)
+    path = Path(os.path.abspath(_not_empty(name, value)))
     if not path.is_dir():
         raise InputError(f"--{name} {_shown(value)} is not a folder", f"pass --{name} with an existing folder")
     return path
 
 
 def existing_file(name: str, value: str) -> Path:
-    path = Path(value)
+    path = Path(os.path.abspath(_not_empty(name, value)))
     if not path.is_file():
         raise InputError(f"--{name} {_shown(value)} is not a file", f"pass --{name} with an existing file")
     return path
@@ -68,7 +95,9 @@ def part_folders(text: str | None) -> list[Path]:
     if not names:
         raise InputError(f"no folder named in --parts {_shown(text or '')}",
                          "name the published folders to merge, comma-separated (e.g. --parts linux,macos)")
-    folders = [existing_folder("parts", n) for n in names]
+    from .publish import output_path
+
+    folders = [output_path(str(existing_folder("parts", n))) for n in names]
     resolved = [f.resolve() for f in folders]
     if len(set(resolved)) != len(resolved):
         raise InputError(f"--parts names one folder twice ({_shown(text)})", "name each part once")
@@ -77,7 +106,7 @@ def part_folders(text: str | None) -> list[Path]:
 
 def writable_file(name: str, value: str) -> Path:
     """A file we may create: its folder exists (or can be made) and is writable; never a folder."""
-    path = Path(value)
+    path = Path(os.path.abspath(_not_empty(name, value)))
     if path.is_dir():
         raise InputError(f"--{name} {_shown(value)} is a folder", f"pass --{name} with a file path")
     probe = path.parent

@@ -1,33 +1,41 @@
-"""Atomic publishing into the output folder, under a lock: one rename switches the whole build.
+"""Atomic publishing: the output folder itself is one symlink, switched by one rename.
 
-Layout of an output folder DIR:
-  DIR/manifest.json -> .current/manifest.json   what is published (the public paths are symlinks)
-  DIR/report.html, DIR/REPORT.md -> .current/...
-  DIR/<target>      -> .current/<target>        published artifacts
-  DIR/.current      -> .generations/<id>        THE switch: replaced by one rename
-  DIR/.generations/<id>/                        one complete publish: manifest, report, every target
-  DIR/.staging/<run>/<target>                   where a build writes before verification
-  DIR/.cache/                                   exported programs (.pt2) keyed by content
-  DIR/.lock                                     held for the whole build: concurrent builds queue
+Layout, for an output folder OUT (e.g. `artifacts`) in a folder P:
+  P/OUT -> .OUT.arrcoc-edge/.generations/<id>    THE switch (a relative link, replaced by one rename)
+  P/.OUT.arrcoc-edge/                            the tool's own state, beside OUT:
+      ledger.json                                what this tool wrote: generations, staging runs
+      .lock                                      held for a whole build/merge: concurrent ones queue
+      .generations/<id>/                         one complete publish, real files only: manifest.json,
+                                                 report.html, REPORT.md, <target>/..., bench.json,
+                                                 .cache/export|report (hard links to the cache below)
+      .staging/<run>/<target>                    where a build writes before verification
+      .cache/export|report|tensorrt              exported programs, saved outputs, TensorRT timing
+      build.log                                  third-party output of the builds
 
-A build writes a complete new generation (targets it did not rebuild are hard links into the
-previous one), writes the manifest and report into it, then replaces the `.current` symlink with
-os.replace: before that rename every public path shows the old publish, after it the new one, so
-SIGKILL at any instant leaves one or the other. The next build removes what a killed one left
-(staging, unused generations) before it does anything else. Readers open the public paths and
-never need to know about generations.
+Readers open OUT/manifest.json and OUT/<target>/...: everything below OUT is a real folder or
+file, so `cp -r OUT/web /srv/`, `find OUT/web`, `tar -C OUT web` copy files, not links. A build
+writes a complete new generation (targets it did not rebuild are hard links to the files the
+previous one lists), then replaces the OUT link with os.replace: before that rename every reader
+sees the old publish, after it the new one; SIGKILL at any instant leaves one or the other.
+
+The tool removes only what it can prove it wrote: the generations and staging runs named in its
+ledger, and inside a published generation only the files its manifest lists and the files the tool
+itself writes beside them. Anything else found there (a file a user put into OUT/) is kept and
+named. A folder given as --out that holds files the tool did not write is refused; one that holds
+a published manifest (a copy, a CI part, the older layout) is taken over whole, nothing deleted.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import tempfile
 import time
 import uuid
@@ -35,36 +43,189 @@ from pathlib import Path
 
 from .errors import OutputDirError
 
-CURRENT = ".current"
+STATE_SUFFIX = ".arrcoc-edge"
 GENERATIONS = ".generations"
 STAGING = ".staging"
+CACHE = ".cache"
+LEDGER = "ledger.json"
+LOCK = ".lock"
+SWITCH = ".switch"  # the new link, made here and renamed onto OUT
 MANIFEST = "manifest.json"
 REPORT_FILES = ("report.html", "REPORT.md")
-# A target name as the manifest may use it: one plain path component (never "..", "/" or hidden).
+BENCH = "bench.json"
+WRITTEN_BESIDE = (MANIFEST, *REPORT_FILES, BENCH)  # files the tool writes into a generation
+# A target (or variant) name as the manifest may use it: one plain path component.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 KILL_AT_ENV = "ARRCOC_TEST_KILL_AT"  # tests: SIGKILL this process at the numbered point of publish()
 
 
-def prepare_out_dir(out: Path) -> None:
-    """Create DIR if needed and prove it is writable, before any work is done."""
+# ---------------------------------------------------------------- where things are
+
+
+def state_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}{STATE_SUFFIX}"
+
+
+def output_path(value: str) -> Path:
+    """The output folder a user named, resolved once: absolute, with every link in its parent
+    folders followed. The last component stays as given when it is this tool's own link (that IS
+    the output folder); a user's link there is followed to the folder it names."""
+    if "\0" in value:
+        raise OutputDirError(f"--out {value!r} holds a NUL character", "pass a folder name without control characters")
+    path = Path(os.path.abspath(value))
+    for _ in range(40):
+        if path == path.parent:
+            break
+        path = Path(os.path.realpath(path.parent)) / path.name
+        if not path.is_symlink() or _link_generation(path) is not None:
+            break
+        path = Path(os.path.abspath(os.path.join(path.parent, os.readlink(path))))  # one link at a time
+    if path == path.parent:
+        raise OutputDirError(f"--out {value!r} names the file system root", "pass a folder to write into with --out")
+    if any(p.endswith(STATE_SUFFIX) for p in path.parts):
+        raise OutputDirError(f"--out {value!r} is inside an output folder's own state ({path})",
+                             "pass the output folder itself (the name without the leading dot and suffix)")
+    return path
+
+
+def _link_generation(out: Path) -> str | None:
+    """The generation id OUT links to when it is this tool's link, else None."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+        target = os.readlink(out)
+    except OSError:
+        return None
+    prefix = f"{state_dir(out).name}/{GENERATIONS}/"
+    name = target[len(prefix):] if target.startswith(prefix) else ""
+    return name if NAME.fullmatch(name) else None
+
+
+def generation_id(out: Path) -> str | None:
+    """The published generation's id, when OUT is this tool's link to a generation in its ledger."""
+    gen = _link_generation(out)
+    return gen if gen is not None and gen in read_ledger(out)["generations"] else None
+
+
+def current_generation(out: Path) -> Path | None:
+    gen = generation_id(out)
+    path = state_dir(out) / GENERATIONS / gen if gen else None
+    return path if path is not None and path.is_dir() else None
+
+
+def pinned(folder: Path) -> Path:
+    """The one folder a reader should read `folder`'s publish from: the generation its link names
+    now (which later publishes never change), an older-layout folder's current generation, or the
+    folder itself (a plain copy, a CI part)."""
+    gen = current_generation(folder)
+    if gen is not None:
+        return gen
+    old = _old_layout_generation(folder)
+    return old if old is not None else folder
+
+
+def is_output_folder(out: Path) -> bool:
+    return generation_id(out) is not None
+
+
+def cache_root(folder: Path) -> Path:
+    """Where `folder`'s caches are: its state's .cache for an output folder, else folder/.cache."""
+    return state_dir(folder) / CACHE if (state_dir(folder) / LEDGER).is_file() else folder / CACHE
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+def read_ledger(out: Path) -> dict:
+    path = state_dir(out) / LEDGER
+    empty = {"tool": "arrcoc-edge", "generations": {}, "staging": []}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return empty
+    if not (isinstance(data, dict) and isinstance(data.get("generations"), dict)
+            and isinstance(data.get("staging"), list)):
+        return empty
+    return data
+
+
+def _write_ledger(out: Path, ledger: dict) -> None:
+    state_dir(out).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(state_dir(out) / LEDGER, ledger)
+
+
+def _record(out: Path, **change) -> dict:
+    """Update the ledger: generations={id: info or None (drop)}, staging_add=run, staging_drop=run."""
+    ledger = read_ledger(out)
+    for gen, info in (change.get("generations") or {}).items():
+        if info is None:
+            ledger["generations"].pop(gen, None)
+        else:
+            ledger["generations"][gen] = {**ledger["generations"].get(gen, {}), **info}
+    if change.get("staging_add"):
+        ledger["staging"].append(change["staging_add"])
+    if change.get("staging_drop"):
+        ledger["staging"] = [r for r in ledger["staging"] if r != change["staging_drop"]]
+    _write_ledger(out, ledger)
+    return ledger
+
+
+# ---------------------------------------------------------------- preparing and locking
+
+
+def prepare_out_dir(out: Path) -> None:
+    """Before any work: the state folder beside OUT can be written, and OUT is this tool's (or
+    new, empty, or a published folder to take over)."""
+    state = state_dir(out)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=state, prefix=".write-test-"):
             pass
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise OutputDirError(
-            f"cannot write to output folder {out} ({exc.strerror or exc})",
-            "pass a writable folder with --out, or fix its permissions",
+            f"cannot write to output folder {out} ({getattr(exc, 'strerror', None) or exc}; "
+            f"its state goes beside it, in {state.name})",
+            "pass a writable folder with --out (one whose parent folder is writable too), or fix its permissions",
         ) from exc
+    check_takeover(out)
+
+
+def check_takeover(out: Path) -> None:
+    """Refuse an OUT this tool may not replace with its link: a file, or a folder holding files the
+    tool did not write (anything but a published manifest and what it lists)."""
+    if is_output_folder(out) or not os.path.lexists(out):
+        return
+    if out.is_symlink():
+        raise OutputDirError(f"{out} is a link this tool did not make (to {os.readlink(out)})",
+                             "pass the folder it points to with --out, or remove the link")
+    if not out.is_dir():
+        raise OutputDirError(f"{out} is a file, not an output folder", "pass a folder with --out")
+    if _old_layout_generation(out) is not None or _plain_manifest(out):
+        return  # taken over whole by recover()
+    entries = sorted(os.listdir(out))
+    if entries:
+        raise OutputDirError(
+            f"{out} holds files arrcoc-edge did not write ({', '.join(entries[:3])}{', ...' if len(entries) > 3 else ''})",
+            "pass a new or empty folder with --out (the tool replaces the folder with its own link)")
+
+
+def _plain_manifest(folder: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(folder / MANIFEST).st_mode)
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
 def build_lock(out: Path, log=print):
-    """Exclusive lock on DIR for one build; a second build waits for the first."""
-    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    """Exclusive lock on OUT for one build, merge or clean; a second one waits for the first."""
+    state = state_dir(out)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except (OSError, ValueError) as exc:
+        raise OutputDirError(f"cannot lock output folder {out} ({getattr(exc, 'strerror', None) or exc})",
+                             f"make {state} writable, or pass another --out") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -73,6 +234,8 @@ def build_lock(out: Path, log=print):
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
+        if not (state / LEDGER).exists():
+            _write_ledger(out, read_ledger(out))
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -80,18 +243,20 @@ def build_lock(out: Path, log=print):
 
 
 def new_staging(out: Path) -> Path:
-    run = out / STAGING / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    run.mkdir(parents=True)
-    return run
+    run = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    _record(out, staging_add=run)  # recorded before it exists: a killed build's run is tidied
+    path = state_dir(out) / STAGING / run
+    path.mkdir(parents=True)
+    return path
 
 
 def remove_tree(path: Path) -> bool:
-    """Remove a folder or file; False (not an exception) when something in it cannot be removed."""
+    """Remove a folder or file this tool made; False (not an exception) when some of it stays."""
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
         return True
     shutil.rmtree(path, ignore_errors=True)
-    return not path.exists()
+    return not os.path.lexists(path)
 
 
 @contextlib.contextmanager
@@ -111,28 +276,105 @@ def _kill_point(n: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# ---------------------------------------------------------------- reading
+# ---------------------------------------------------------------- reading safely
 
 
-def current_generation(out: Path) -> Path | None:
-    link = out / CURRENT
-    return link.resolve() if link.is_symlink() and link.resolve().is_dir() else None
+def safe_relative(rel, what: str, error=OutputDirError) -> str:
+    """A manifest's path: a relative, normalised path of plain components (no '..', no '.',
+    nothing absolute, no NUL), or `error`."""
+    parts = rel.split("/") if isinstance(rel, str) else []
+    if not parts or any(p in ("", ".", "..") or "\0" in p for p in parts) or rel.startswith("/"):
+        raise error(f"{what} names {str(rel)[:80]!r}, not a path inside its folder",
+                    "rebuild that folder with `invoke build` (its manifest was edited or damaged)")
+    return rel
+
+
+def open_regular(base: Path, rel: str):
+    """Open base/rel for reading without following any link below base and without blocking on a
+    FIFO. Returns (fd, size) for a regular file; raises OSError otherwise (errno ELOOP for a link,
+    EINVAL for something that is not a regular file)."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        *dirs, name = rel.split("/")
+        for part in dirs:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    info = os.fstat(handle)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(handle)
+        raise OSError(errno.EINVAL, "not a regular file", str(base / rel))
+    return handle, info.st_size
+
+
+def why_not_regular(exc: OSError) -> str:
+    return {errno.ENOENT: "missing", errno.ELOOP: "a link", errno.ENOTDIR: "a link or file on its way",
+            errno.EINVAL: "not a regular file"}.get(exc.errno, exc.strerror or str(exc))
+
+
+def check_file(base: Path, entry: dict) -> str | None:
+    """None when base/entry['path'] is a regular file (no link on the way) with the manifest's
+    bytes and sha256, else why not. The size is compared before a byte is read."""
+    try:
+        fd, size = open_regular(base, entry["path"])
+    except OSError as exc:
+        return why_not_regular(exc)
+    with os.fdopen(fd, "rb") as f:
+        if size != entry["bytes"]:
+            return f"{size} bytes, the manifest says {entry['bytes']}"
+        digest = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return None if digest.hexdigest() == entry["sha256"] else "sha256 differs"
+
+
+def check_published(out: Path, base: Path, manifest: dict, targets: dict) -> None:
+    """Before a task loads published artifacts (bench): each one's runtime is installed and each
+    listed file is there with its size and sha256, else one line naming the fix (exit 2)."""
+    from .errors import InputError
+
+    for name, entry in manifest.get("targets", {}).items():
+        if entry.get("status") != "published" or name not in targets:
+            continue
+        targets[name].require()  # a missing runtime: MissingExtraError with the install command
+        for f in entry.get("files", []):
+            why = check_file(base, f)
+            if why:
+                raise InputError(f"published file {f['path']} in {out} is {why}",
+                                 f"run `invoke verify --out {out}`, then rebuild it: "
+                                 f"invoke build --target {name} --out {out}")
 
 
 def read_manifest(out: Path) -> dict:
+    """The manifest published in `out` ({} when there is none), read from one pinned generation."""
     from .manifest import check_shape
 
-    path = out / MANIFEST
-    if not path.exists():
-        return {}
+    base = pinned(out) if out.is_dir() else out
+    path = base / MANIFEST
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        if not os.path.lexists(path) and not path.exists():
+            return {}
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(os.path.realpath(out)) and not real.is_relative_to(os.path.realpath(base)):
+            raise OSError(errno.ELOOP, "a link out of the folder")
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            if info.st_size > MAX_MANIFEST_BYTES:
+                raise OSError(errno.EFBIG, f"{info.st_size} bytes")
+            data = json.loads(f.read())
+    except (OSError, ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else (getattr(exc, "strerror", None) or exc)
         raise OutputDirError(
-            f"{path} is not valid JSON ({exc})",
-            "restore it from version control or delete it (it is rebuilt by the next build)",
+            f"{out / MANIFEST} cannot be read as a manifest ({why})",
+            "rebuild that folder with `invoke build` (or restore its manifest.json)",
         ) from exc
-    check_shape(data, path)
+    check_shape(data, out / MANIFEST)
     return data
 
 
@@ -154,71 +396,57 @@ def write_json_atomic(path: Path, data: dict) -> None:
             os.unlink(tmp)
 
 
-def _link_tree(src: Path, dest: Path) -> None:
-    """Copy a published folder or file into a new generation as hard links (no bytes copied);
-    a real copy where the filesystem or an immutable file refuses the link."""
-    def link_or_copy(a, b):
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, copy_function=link_or_copy)
-    else:
-        link_or_copy(src, dest)
-
-
-def _link(out: Path, name: str) -> None:
-    """Make DIR/<name> the symlink .current/<name>; a real file or folder there (an older layout,
-    or a copy made without symlinks) is exchanged with the link in one step, showing the same bytes."""
-    path, target = out / name, f"{CURRENT}/{name}"
-    if path.is_symlink() and os.readlink(path) == target:
-        return
-    tmp = out / f".link-{name}-{uuid.uuid4().hex[:6]}"
-    os.symlink(target, tmp)
-    if path.is_symlink() or not path.exists():
-        os.replace(tmp, path)
-    elif _exchange(tmp, path):
-        remove_tree(tmp)  # tmp now holds the old real folder
-    else:  # no renameat2 here: two renames, the path is missing for an instant
-        old = out / f".trash-{name}-{uuid.uuid4().hex[:6]}"
-        os.rename(path, old)
-        os.replace(tmp, path)
-        remove_tree(old)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths; False where the kernel or filesystem cannot."""
+def _link_or_copy(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
 
 
-def _switch(out: Path, generation: Path) -> None:
-    """The one atomic step: point .current at `generation`."""
-    tmp = out / f".current-{uuid.uuid4().hex[:6]}"
-    os.symlink(f"{GENERATIONS}/{generation.name}", tmp)
-    current = out / CURRENT
-    if current.exists() and not current.is_symlink():  # a copy that dereferenced the link
-        current.rename(out / f".trash-current-{uuid.uuid4().hex[:6]}")
-    os.replace(tmp, current)
+def _carry(prev: Path | None, gen: Path, rels: list[str], log) -> None:
+    """Hard-link the files `rels` of the previous generation into the new one: only regular
+    files reached without a link (a link planted in a published folder is never carried)."""
+    for rel in rels:
+        try:
+            fd, _ = open_regular(prev, rel) if prev else (None, 0)
+        except OSError:
+            log(f"note: {rel} is listed but not a file in the published folder; run `invoke verify`")
+            continue
+        if fd is not None:
+            os.close(fd)
+            _link_or_copy(prev / rel, gen / rel)
 
 
-def _public_names(manifest: dict) -> list[str]:
-    return [MANIFEST, *REPORT_FILES, *manifest.get("targets", {})]
+def _cache_files(manifest: dict) -> list[str]:
+    """The cache files a generation carries (hard links): its .pt2 and each variant's outputs."""
+    rels = []
+    program = (manifest.get("exported_program") or {}).get("path")
+    if isinstance(program, str) and program.startswith(CACHE + "/"):
+        rels.append(program)
+    for name, entry in manifest.get("targets", {}).items():
+        for variant in (entry.get("variants") or {}) if isinstance(entry.get("variants"), dict) else ():
+            if NAME.fullmatch(str(variant)):
+                rels.append(f"{CACHE}/report/{name}.{variant}.npz")
+    return rels
 
 
 def _new_generation(out: Path) -> Path:
-    gen = out / GENERATIONS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    gen.mkdir(parents=True)
-    return gen
+    gen = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    _record(out, generations={gen: {"published": False}})  # recorded first: a killed build's is tidied
+    path = state_dir(out) / GENERATIONS / gen
+    path.mkdir(parents=True)
+    return path
+
+
+def _switch(out: Path, gen: Path) -> None:
+    """The one atomic step: OUT becomes the link to `gen`."""
+    tmp = state_dir(out) / SWITCH
+    tmp.unlink(missing_ok=True)
+    os.symlink(f"{state_dir(out).name}/{GENERATIONS}/{gen.name}", tmp)
+    if out.is_dir() and not out.is_symlink():
+        os.rmdir(out)  # an empty folder named by --out (check_takeover allowed nothing else)
+    os.replace(tmp, out)
 
 
 def publish(out: Path, staged_targets: dict[str, Path], manifest: dict, write_extras=None, log=print) -> None:
@@ -228,23 +456,28 @@ def publish(out: Path, staged_targets: dict[str, Path], manifest: dict, write_ex
     derived files (the report) into the new generation before the switch. Runs under build_lock.
     Numbered _kill_point calls mark every step, for the SIGKILL test.
     """
+    take_over(out, log)
     try:
+        check_takeover(out)
+        prev = current_generation(out)
         gen = _new_generation(out)
         _kill_point(1)
-        for name in manifest.get("targets", {}):
-            if name not in staged_targets and (out / name).exists():
-                _link_tree(out / name, gen / name)
+        for name, entry in manifest.get("targets", {}).items():
+            if name not in staged_targets:
+                _carry(prev, gen, [f["path"] for f in entry.get("files", [])], log)
         _kill_point(2)
         for name, staged in staged_targets.items():
             os.rename(staged, gen / name)
         _kill_point(3)
         write_json_atomic(gen / MANIFEST, manifest)
+        _carry(prev, gen, [BENCH] if prev and (prev / BENCH).is_file() else [], log)
         if write_extras:
-            write_extras(gen)
+            write_extras(gen)  # the report: it also saves this build's outputs into the cache
+        for rel in _cache_files(manifest):
+            if (state_dir(out) / rel).is_file():
+                _link_or_copy(state_dir(out) / rel, gen / rel)
         _kill_point(4)
-        for name in _public_names(manifest):  # a new name's link dangles until the switch
-            if (gen / name).exists():
-                _link(out, name)
+        _record(out, generations={gen.name: {"published": True}})  # from here on, removed file by file
         _kill_point(5)
     except OSError as exc:
         raise OutputDirError(
@@ -252,48 +485,197 @@ def publish(out: Path, staged_targets: dict[str, Path], manifest: dict, write_ex
             "make the output folder and everything in it writable (chmod, chattr -i), then build again",
         ) from exc
     with signals_deferred():
-        _switch(out, gen)
+        try:
+            _switch(out, gen)
+        except OSError as exc:
+            raise OutputDirError(f"cannot switch {out} to the new publish ({exc.strerror or exc})",
+                                 f"make {out.parent} writable, then build again") from exc
         _kill_point(6)
         tidy(out, log)
         _kill_point(7)
 
 
-def tidy(out: Path, log=print) -> None:
-    """Remove what no reader can reach: other generations, staging and leftovers of killed builds.
-    Only call it under build_lock: then no other build is using any of these."""
-    keep = current_generation(out)
-    leftovers = [g for g in (out / GENERATIONS).glob("*") if g != keep] if (out / GENERATIONS).is_dir() else []
-    leftovers += list((out / STAGING).glob("*")) if (out / STAGING).is_dir() else []
-    leftovers += [p for p in out.glob(".trash-*")] + [p for p in out.glob(".link-*")] + list(out.glob(".current-*"))
-    leftovers += [p for p in out.glob(".*.old-*")]  # the per-target swap of earlier versions
-    # a public link into .current that leads nowhere: made by a build killed before its switch,
-    # or a report the last build could not draw
-    leftovers += [p for p in out.iterdir() if p.is_symlink() and not p.exists()
-                  and os.readlink(p).startswith(CURRENT + "/")]
-    for path in leftovers:
-        if not remove_tree(path):
-            log(f"note: could not remove {path} (not writable); remove it by hand")
+# ---------------------------------------------------------------- removing what the tool wrote
 
 
-def recover(out: Path, manifest: dict, log=print) -> None:
-    """Before a build does anything else (under build_lock): tidy what a killed build left, and
-    move an output folder of the older layout (real folders at DIR/<target>) to generations."""
-    tidy(out, log)
-    names = [n for n in _public_names(manifest) if (out / n).exists()]
-    if not any((out / n).exists() and not (out / n).is_symlink() for n in names):
-        return
-    log(f"moving {out} to the generation layout (same files, hard links)")
+def _known_files(gen: Path) -> set[str]:
+    """What the tool wrote into a published generation: what its manifest lists, and the files it
+    writes beside them."""
+    known = set(WRITTEN_BESIDE)
     try:
-        gen = _new_generation(out)
-        for name in names:
-            _link_tree(out / name, gen / name)
-        with signals_deferred():
-            _switch(out, gen)
-            for name in names:  # each exchange shows identical bytes before and after
-                _link(out, name)
+        data = read_manifest(gen)
+    except OutputDirError:
+        return known
+    for entry in data.get("targets", {}).values():
+        known.update(f["path"] for f in entry.get("files", []))
+    known.update(_cache_files(data))
+    return known
+
+
+def remove_generation(gen: Path, published: bool) -> list[str]:
+    """Remove a generation the ledger names. One never published was never reachable by anyone:
+    removed whole. A published one: only the files the tool wrote, then the folders left empty.
+    Returns what stays (files it did not write)."""
+    if not published:
+        return [] if remove_tree(gen) else [f"{gen} (could not remove)"]
+    if not gen.is_dir():
+        return []
+    known, kept = _known_files(gen), []
+    for folder, dirs, files in os.walk(gen, topdown=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = Path(folder, name)
+            rel = path.relative_to(gen).as_posix()
+            if rel in known or (rel.startswith(".") and "/" not in rel and rel.endswith(".tmp")):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    kept.append(f"{path} (could not remove: {exc.strerror})")
+            else:
+                kept.append(f"{path} (not written by arrcoc-edge)")
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+    return kept
+
+
+def tidy(out: Path, log=print) -> None:
+    """Remove the generations and staging runs the ledger names that no reader can reach.
+    Only call it under build_lock: then no other build is using any of them."""
+    ledger = read_ledger(out)
+    current = _link_generation(out)
+    state = state_dir(out)
+    for gen, info in list(ledger["generations"].items()):
+        if gen == current:
+            continue
+        kept = remove_generation(state / GENERATIONS / gen, bool(info.get("published")))
+        if kept:
+            log(f"note: kept {len(kept)} file(s) of an old publish: {kept[0]}{' ...' if len(kept) > 1 else ''}; "
+                "move out what you put there, fix the permissions of the rest (they are removed next time)")
+        else:
+            _record(out, generations={gen: None})
+    for run in list(ledger["staging"]):
+        if NAME.fullmatch(run) and not remove_tree(state / STAGING / run):
+            log(f"note: could not remove {state / STAGING / run} (not writable); remove it by hand")
+            continue
+        _record(out, staging_drop=run)
+    (state / SWITCH).unlink(missing_ok=True)
+
+
+def recover(out: Path, manifest: dict | None = None, log=print) -> None:
+    """Before a build or merge does anything else (under build_lock): tidy what a killed one left,
+    and take over a folder that holds a publish but is not this tool's link yet: a plain copy or
+    CI part (the folder itself becomes a generation), or the older layout (.current)."""
+    tidy(out, log)
+    take_over(out, log)
+
+
+def take_over(out: Path, log=print) -> None:
+    """Make a folder holding a publish (not yet this tool's link) a generation, nothing deleted."""
+    if is_output_folder(out) or not out.is_dir() or out.is_symlink():
+        return
+    try:
+        old = _old_layout_generation(out)
+        if old is not None:
+            _take_over_old_layout(out, old, log)
+        elif _plain_manifest(out):
+            log(f"taking over {out} as a generation (same files, moved, nothing deleted)")
+            _adopt_caches(out / CACHE, state_dir(out) / CACHE)
+            gen = f"adopted-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            _record(out, generations={gen: {"published": True, "adopted": True}})
+            (state_dir(out) / GENERATIONS).mkdir(parents=True, exist_ok=True)
+            with signals_deferred():
+                os.rename(out, state_dir(out) / GENERATIONS / gen)
+                _switch(out, state_dir(out) / GENERATIONS / gen)
     except OSError as exc:
         raise OutputDirError(
-            f"cannot reorganise {out} ({exc.strerror or exc}: {exc.filename or ''})",
+            f"cannot take over {out} ({exc.strerror or exc}: {exc.filename or ''})",
             "make the output folder and everything in it writable (chmod, chattr -i), then build again",
         ) from exc
-    tidy(out, log)
+
+
+def _adopt_caches(src: Path, dest: Path) -> None:
+    """Move a taken-over folder's export and report caches into the state's (cache hits stay)."""
+    for kind in ("export", "report", "tensorrt"):
+        folder = src / kind
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        (dest / kind).mkdir(parents=True, exist_ok=True)
+        for f in folder.iterdir():
+            if f.is_file() and not f.is_symlink() and not (dest / kind / f.name).exists():
+                os.rename(f, dest / kind / f.name)
+
+
+def _old_layout_generation(out: Path) -> Path | None:
+    """The current generation of an output folder of the older layout (OUT/.current ->
+    .generations/<id>, public paths linked through it), or None."""
+    try:
+        target = os.readlink(out / ".current")
+    except OSError:
+        return None
+    name = target[len(GENERATIONS) + 1:] if target.startswith(GENERATIONS + "/") else ""
+    gen = out / GENERATIONS / name
+    return gen if NAME.fullmatch(name) and gen.is_dir() and not gen.is_symlink() else None
+
+
+def _take_over_old_layout(out: Path, old_gen: Path, log) -> None:
+    """OUT of the older layout: its current generation moves into the state (one rename), OUT
+    becomes the link to it, and of the old folder the tool removes what the older version wrote
+    there (its links, other generations, staging, lock, log); anything else is kept and named."""
+    log(f"moving {out} to the current layout (the output folder becomes one link; same files)")
+    state = state_dir(out)
+    _adopt_caches(out / CACHE, state / CACHE)
+    gen = f"adopted-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    _record(out, generations={gen: {"published": True, "adopted": True}})
+    (state / GENERATIONS).mkdir(parents=True, exist_ok=True)
+    os.rename(old_gen, state / GENERATIONS / gen)
+    for name in (BENCH,):
+        if (out / name).is_file() and not (out / name).is_symlink():
+            os.rename(out / name, state / GENERATIONS / gen / name)
+    if (out / "build.log").is_file() and not (state / "build.log").exists():
+        os.rename(out / "build.log", state / "build.log")
+    aside = state / f"older-layout-{uuid.uuid4().hex[:6]}"
+    with signals_deferred():
+        os.rename(out, aside)
+        _switch(out, state / GENERATIONS / gen)
+    for entry in list(aside.iterdir()):
+        if entry.is_symlink() or entry.name in (LOCK, "build.log", GENERATIONS, STAGING):
+            remove_tree(entry)
+        elif entry.name == CACHE:
+            for kind in ("export", "report", "tensorrt"):
+                with contextlib.suppress(OSError):
+                    (entry / kind).rmdir()
+            with contextlib.suppress(OSError):
+                entry.rmdir()
+    with contextlib.suppress(OSError):
+        aside.rmdir()
+    if aside.exists():
+        log(f"note: kept what the older layout's folder held besides the build's own files: {aside}")
+
+
+def clean(out: Path, log=print) -> list[str]:
+    """Remove what the tool wrote for OUT: its link, the generations and staging runs its ledger
+    names, its caches, log, lock and ledger. Returns what it kept (files it did not write)."""
+    state = state_dir(out)
+    kept: list[str] = []
+    with build_lock(out, log):
+        recover(out, None, log) if _old_layout_generation(out) is not None else None
+        if is_output_folder(out):
+            out.unlink()
+        ledger = read_ledger(out)
+        for gen, info in ledger["generations"].items():
+            kept += remove_generation(state / GENERATIONS / gen, bool(info.get("published")))
+        for run in ledger["staging"]:
+            if NAME.fullmatch(run):
+                remove_tree(state / STAGING / run)
+        for name in (CACHE, "build.log", SWITCH, LEDGER):
+            if os.path.lexists(state / name) and not remove_tree(state / name):
+                kept.append(f"{state / name} (could not remove)")
+        for name in (STAGING, GENERATIONS):
+            with contextlib.suppress(OSError):
+                (state / name).rmdir()
+    (state / LOCK).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        state.rmdir()
+    if state.exists():
+        kept += [f"{p} (not written by arrcoc-edge)" for p in state.iterdir()
+                 if not any(k.startswith(str(p)) for k in kept)]
+    return kept

@@ -32,7 +32,9 @@ _COLUMNS = 5
 
 
 def outputs_dir(out: Path) -> Path:
-    return out / ".cache" / "report"
+    from .publish import cache_root
+
+    return cache_root(out) / "report"
 
 
 def save_outputs(out: Path, stages, checkpoint_sha: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,10 +39,25 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
         # A NUL or an undecodable byte in the path makes os.stat/open raise ValueError, which the
         # base class does not expect (it printed a traceback): answer 400 instead.
         try:
+            if not self._inside():
+                self.send_error(404, "Not found")  # a link out of the served folder: never followed
+                return None
             return super().send_head()
         except ValueError:
             self.send_error(400, "Malformed path")
             return None
+
+    def _inside(self) -> bool:
+        """The file this request would open (a folder's index.html included), with every link
+        resolved, is inside the served folder (resolved now: the folder may be a link that a
+        publish switches)."""
+        path = self.translate_path(self.path)
+        if os.path.isdir(path):
+            path = next((os.path.join(path, i) for i in ("index.html", "index.htm")
+                         if os.path.exists(os.path.join(path, i))), path)
+        base = os.path.realpath(self.directory)
+        real = os.path.realpath(path)
+        return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
     def list_directory(self, path):
         self.send_error(404, "Not found")  # no listings: the page knows every file it needs
@@ -116,8 +132,6 @@ def serve_forever(folder: Path, port: int = 8000, host: str = "127.0.0.1", log=p
     server.tracebacks = tracebacks
     log(f"serving {folder} (cross-origin isolated) at {url_of(server)}  (Ctrl-C to stop)")
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        server.serve_forever()  # Ctrl-C: KeyboardInterrupt goes on to the task (exit 130, one line)
     finally:
         server.server_close()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # pack_part.sh OUT DEST: copy a published folder as plain files, for a CI artifact upload.
-# OUT's public paths are symlinks into .current/.generations (pipeline/publish.py); artifact
-# uploads and zips do not keep symlinks reliably, so DEST gets what they point to (cp -L), and
-# none of the generation layout. .cache/report (saved runtime outputs, for the merged report's
+# OUT is a link to its current generation (pipeline/publish.py); artifact uploads and zips do not
+# keep symlinks reliably, so DEST gets what OUT holds as plain files (cp -L), and none of the
+# state beside OUT. .cache/report (saved runtime outputs, for the merged report's
 # maps) and .cache/export (the .pt2) come along; `invoke merge` reads both when present.
 set -euo pipefail
 src=$1
@@ -10,7 +10,7 @@ dest=$2
 [ -f "$src/manifest.json" ] || { echo "pack_part: no manifest.json in $src (run invoke build first)" >&2; exit 2; }
 rm -rf "$dest"
 mkdir -p "$dest"
-for path in "$src"/*; do  # the glob skips hidden names: .current, .generations, .staging, .lock
+for path in "$src"/*; do  # the glob skips hidden names: .cache is added below
     cp -RL "$path" "$dest/"
 done
 for cache in report export; do

@@ -24,8 +24,8 @@ from conftest import REPO, run_cli
 pytestmark = pytest.mark.slow
 def snapshot(out: Path) -> dict[str, str]:
     """relative path -> sha256 of everything a build publishes, as readers see it: the public
-    paths (DIR/manifest.json, DIR/<target>/..., through their symlinks), not the hidden
-    .cache, .lock, .staging or the generations behind the links."""
+    paths (DIR/manifest.json, DIR/<target>/..., DIR being the link to the published generation),
+    not the hidden .cache beside them nor the state folder beside DIR."""
     files = {}
     for folder, dirs, names in os.walk(out, followlinks=True):
         if Path(folder) == out:  # build.log: the last builds' third-party output, never published
@@ -40,7 +40,16 @@ def snapshot(out: Path) -> dict[str, str]:
 
 
 def staging_left(out: Path) -> list[Path]:
-    return list((out / ".staging").glob("*")) if (out / ".staging").exists() else []
+    from pipeline.publish import STAGING, state_dir
+
+    staging = state_dir(out) / STAGING
+    return list(staging.glob("*")) if staging.exists() else []
+
+
+def generations(out: Path) -> list[Path]:
+    from pipeline.publish import GENERATIONS, state_dir
+
+    return sorted((state_dir(out) / GENERATIONS).iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +62,8 @@ def published(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def previous(published, tmp_path) -> Path:
-    """A private copy of a published output folder, to attack."""
+    """A private copy of a published output folder, to attack: its files copied by following the
+    link (a plain folder holding a publish), which the next build or publish takes over."""
     out = tmp_path / "out"
     shutil.copytree(published, out, symlinks=True)
     return out

@@ -163,6 +163,15 @@ def _chattr(flag: str, path: Path) -> bool:
         ["chattr", "-R", flag, str(path)], capture_output=True).returncode == 0
 
 
+def listing(name: str, folder: Path) -> dict:
+    """A manifest listing every file of a staged target folder."""
+    import hashlib
+
+    files = [{"path": f"{name}/{p.relative_to(folder).as_posix()}", "bytes": p.stat().st_size,
+              "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in sorted(folder.rglob("*")) if p.is_file()]
+    return {"targets": {name: {"status": "published", "files": files}}}
+
+
 def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
     """An immutable generations folder (chattr +i: even root cannot write it): the build fails
     with one line and the published state is unchanged."""
@@ -174,11 +183,12 @@ def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     with publish.build_lock(out):
-        publish.publish(out, {"t": staged}, {"targets": {"t": {"files": []}}}, log=lambda m: None)
-    if not _chattr("+i", out / publish.GENERATIONS):
+        publish.publish(out, {"t": staged}, listing("t", staged), log=lambda m: None)
+    gens = publish.state_dir(out) / publish.GENERATIONS
+    if not _chattr("+i", gens):
         pytest.skip("chattr +i is not available on this filesystem")
     try:
-        before = sorted(p.name for p in (out / publish.GENERATIONS).iterdir())
+        before = sorted(p.name for p in gens.iterdir())
         staged2 = tmp_path / "staged2" / "t"
         staged2.mkdir(parents=True)
         with pytest.raises(Exception) as info, publish.build_lock(out):
@@ -187,10 +197,10 @@ def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
 
         assert isinstance(info.value, OutputDirError)
         assert "\n" not in info.value.one_line() and "chattr -i" in info.value.fix
-        assert sorted(p.name for p in (out / publish.GENERATIONS).iterdir()) == before
+        assert sorted(p.name for p in gens.iterdir()) == before
         assert cli.verify(str(out)) == 0
     finally:
-        _chattr("-i", out / publish.GENERATIONS)
+        _chattr("-i", gens)
 
 
 def test_published_target_folder_that_cannot_be_removed_does_not_block_publishing(tmp_path):
@@ -206,10 +216,10 @@ def test_published_target_folder_that_cannot_be_removed_does_not_block_publishin
         (staged / "a.bin").write_bytes(b"%d" % i)
         notes = []
         with publish.build_lock(out):
-            publish.publish(out, {"t": staged}, {"targets": {"t": {"files": []}}, "n": i}, log=notes.append)
+            publish.publish(out, {"t": staged}, {**listing("t", staged), "n": i}, log=notes.append)
         if i == 0 and not _chattr("+i", (out / "t").resolve()):
             pytest.skip("chattr +i is not available on this filesystem")
-        old = (out / ".current").resolve() if i == 0 else old
+        old = publish.current_generation(out) if i == 0 else old
     try:
         assert (out / "t" / "a.bin").read_bytes() == b"1" and json.loads((out / "manifest.json").read_text())["n"] == 1
         assert old.is_dir() and any("could not remove" in n for n in notes)

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli
-from test_build import snapshot
+from test_build import generations, snapshot
 
 pytestmark = pytest.mark.slow
 
 
 def tree(out: Path) -> dict[str, str]:
     """Everything under out, hidden files and links included, byte for byte (links by target)."""
-    found = {}
+    found = {".": "-> " + os.readlink(out)} if out.is_symlink() else {}  # which generation is published
     for folder, dirs, names in os.walk(out):
         for name in [*names, *[d for d in dirs if Path(folder, d).is_symlink()]]:
             p = Path(folder, name)
@@ -112,7 +112,7 @@ def test_verify_passes_on_the_merged_folder_and_report_is_regenerated(merged):
     page = (merged / "report.html").read_text()
     assert "Merged " in page and "from 2 parts" in page and "Built and verified on Linux" in page
     assert page.count("data:image/png;base64,") >= 4  # sizes + three held-out photos with maps
-    assert (merged / "manifest.json").is_symlink() and (merged / "onnx").is_symlink()
+    assert merged.is_symlink() and not (merged / "manifest.json").is_symlink() and not (merged / "onnx").is_symlink()
 
 
 def test_parts_from_another_checkpoint_are_refused_and_nothing_is_written(parts, merged, tmp_path):
@@ -160,10 +160,17 @@ def test_published_beats_unverified_and_bad_bytes_are_refused(parts, tmp_path):
 
     weak = copy_part(parts[1], tmp_path / "weak", unverified)
     chosen = choose(read_parts([weak, parts[0]]))
-    assert chosen["onnx"][0].path == parts[0] and chosen["onnx-int8"][0].path == weak
-    (weak / "onnx-int8" / "model.int8.onnx").write_bytes(b"tampered")
+    assert chosen["onnx"][0].label == str(parts[0]) and chosen["onnx-int8"][0].label == str(weak)
+    model = weak / "onnx-int8" / "model.int8.onnx"
+    size = model.stat().st_size
+    model.write_bytes(b"tampered".ljust(size, b"\0"))  # same size, other bytes: the sha256 refuses it
     (tmp_path / "run").mkdir()
     with pytest.raises(MergeError, match="differs from"):
+        stage(chosen, tmp_path / "run")
+    model.write_bytes(b"tampered")  # another size: refused before a byte is copied
+    shutil.rmtree(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(MergeError, match="has 8 bytes"):
         stage(chosen, tmp_path / "run")
 
 
@@ -181,5 +188,5 @@ def test_interrupted_merge_leaves_the_output_as_it_was(parts, merged, tmp_path, 
         assert set(load(out)["targets"]) == {"onnx", "onnx-int8"}
     proc = merge(out, *parts)  # the next merge tidies what the killed one left
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len(list((out / ".generations").iterdir())) == 1
+    assert len(generations(out)) == 1
     assert run_cli("verify", "--out", str(out)).returncode == 0

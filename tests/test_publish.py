@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from conftest import REPO, run_cli
-from test_build import previous, published, snapshot, staging_left  # noqa: F401
+from test_build import generations, previous, published, snapshot, staging_left  # noqa: F401
 
 pytestmark = pytest.mark.slow
 KILL_POINTS = range(1, 8)  # every _kill_point in pipeline.publish.publish
@@ -82,14 +82,16 @@ def test_sigkill_at_every_point_of_publish_leaves_old_or_new(point, previous):
     # the next publish tidies what the killed one left and succeeds
     assert publish_killed_at(previous, None) == 0
     assert assert_consistent(previous) == "new"
-    assert staging_left(previous) == [] and len(list((previous / ".generations").iterdir())) == 1
+    assert staging_left(previous) == [] and len(generations(previous)) == 1
 
 
 def test_publish_without_kill_switches_both_targets_at_once(previous):
     assert publish_killed_at(previous, None) == 0
     assert assert_consistent(previous) == "new"
     assert (previous / "second" / "note.txt").read_text() == "new publish of second\n"
-    assert os.readlink(previous / "onnx") == ".current/onnx"  # the public path is a stable link
+    # the output folder is the one link; everything inside it is a real folder or file
+    assert os.readlink(previous).startswith(".out.arrcoc-edge/.generations/")
+    assert not [p for p in snapshot_paths(previous) if os.path.islink(p)]
 
 
 def test_killed_cli_build_is_cleaned_up_by_the_next_build(previous):
@@ -99,26 +101,30 @@ def test_killed_cli_build_is_cleaned_up_by_the_next_build(previous):
     proc = run_cli("build", "--target", "onnx", "--out", str(previous), env={"ARRCOC_TEST_KILL_AT": "5"})
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert snapshot(previous) == before and assert_consistent(previous) == "old"
-    assert staging_left(previous) and len(list((previous / ".generations").iterdir())) == 2  # left behind
+    assert staging_left(previous) and len(generations(previous)) == 2  # left behind
     proc = run_cli("build", "--target", "onnx", "--out", str(previous))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert_consistent(previous)
-    assert staging_left(previous) == [] and len(list((previous / ".generations").iterdir())) == 1
+    assert staging_left(previous) == [] and len(generations(previous)) == 1
 
 
-def test_output_folder_of_the_older_layout_moves_to_generations(published, tmp_path):
-    """A copy that dereferenced the links looks like the old layout (real folders at DIR/<target>):
-    the next build moves it to generations, keeping every published byte."""
+def snapshot_paths(out) -> list[str]:
+    return [os.path.join(folder, n) for folder, dirs, names in os.walk(out) for n in names + dirs]
+
+
+def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_path):
+    """A copy that followed the link (a CI part, `cp -rL`) is a plain folder holding a publish:
+    the next build or merge moves it, whole, to be the current generation and links OUT to it."""
     import shutil
 
     out = tmp_path / "copy"
-    shutil.copytree(published, out)  # symlinks followed: real files everywhere
-    assert not (out / "onnx").is_symlink()
+    shutil.copytree(published, out)
+    assert not out.is_symlink()
     before = snapshot(out)
     from pipeline import publish
 
     with publish.build_lock(out):
         publish.recover(out, publish.read_manifest(out), log=lambda m: None)
-    assert (out / "onnx").is_symlink() and (out / "manifest.json").is_symlink()
+    assert out.is_symlink() and publish.is_output_folder(out)
     assert snapshot(out) == before
     assert_consistent(out)
