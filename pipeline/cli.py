@@ -79,6 +79,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
+        _announce_ready()
         return task() or 0
     except ArrcocError as exc:
         if verbose:
@@ -102,6 +103,19 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# Tests: the file this names is created once a task's handlers are in place, so an interrupt test
+# can wait for it instead of guessing how long Python and Invoke take to start on a loaded machine.
+READY_ENV = "ARRCOC_TEST_READY_FILE"
+
+
+def _announce_ready() -> None:
+    import os
+
+    path = os.environ.get(READY_ENV)
+    if path:
+        Path(path).touch()
 
 
 def _raise_interrupt(signum, frame):
@@ -316,7 +330,7 @@ def _bench(root: Path, runs: int) -> int:
 
 def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False) -> int:
     """`invoke predict`: one whole photo and a query through a published artifact."""
-    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap), verbose)
+    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap), verbose, "predict")
 
 
 def _predict(image, query, query_embedding, out, runtime, json_path, heatmap) -> int:
@@ -325,7 +339,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap) ->
     import targets as target_table
 
     from . import predict as pr
-    from .publish import read_manifest
+    from .publish import pinned, read_manifest
 
     if (query is None) == (query_embedding is None):
         from .errors import InputError
@@ -336,13 +350,14 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap) ->
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
     json_file = opts.writable_file("json", json_path) if json_path is not None else None
     heatmap_file = opts.writable_file("heatmap", heatmap) if heatmap is not None else None
-    root = Path(out) if out else DEFAULT_OUT
-    manifest = read_manifest(root)
+    root = opts.in_folder(out, DEFAULT_OUT)
+    base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
+    manifest = read_manifest(base)
     if not manifest.get("targets"):
         from .errors import InputError
 
         raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
-    result = pr.predict(root, manifest, target_table.TARGETS, photo, query, embedding, runtime)
+    result = pr.predict(base, manifest, target_table.TARGETS, photo, query, embedding, runtime)
     print(pr.describe(result))
     if json_file:
         json_file.write_text(json.dumps(result.to_json()) + "\n")

@@ -463,8 +463,19 @@ def test_verify_reads_one_generation_while_a_publish_switches(tmp_path, monkeypa
 
 
 def _interrupt(argv: list[str], wait_for: str | None, delay: float, tmp_path: Path):
+    """Start the task, wait until its body runs (pipeline.cli.READY_ENV: not a guess at how long
+    Python and Invoke take to start, which under load was over a second), then `delay` more."""
+    from pipeline.cli import READY_ENV
+
+    ready = tmp_path / "task-ready"
     proc = subprocess.Popen([sys.executable, "-m", "invoke", *argv], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", READY_ENV: str(ready)})
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert proc.poll() is None, "the task ended before its body started"
+        assert time.monotonic() < deadline, "the task's body never started"
+        time.sleep(0.01)
     if wait_for:
         seen = ""
         while wait_for not in seen:
@@ -478,19 +489,21 @@ def _interrupt(argv: list[str], wait_for: str | None, delay: float, tmp_path: Pa
 
 
 @pytest.mark.parametrize("task,argv,wait_for,delay", [
-    ("build", ["build", "--target", "onnx", "--out", "{tmp}/b"], None, 1.0),
+    ("build", ["build", "--target", "onnx", "--out", "{tmp}/b"], None, 0.0),  # the build's first instant
+    ("build", ["build", "--target", "onnx", "--out", "{tmp}/b"], None, 0.5),
     ("build", ["build", "--target", "onnx", "--out", "{tmp}/b"], None, 3.0),
-    ("merge", ["merge", "--parts", "{part}", "--out", "{tmp}/m"], None, 1.0),
-    ("train", ["train", "--steps", "5", "--out", "{tmp}/c.safetensors"], None, 1.5),
-    ("bench", ["bench", "--out", "{part}", "--runs", "1"], None, 1.5),
+    ("merge", ["merge", "--parts", "{part}", "--out", "{tmp}/m"], None, 0.5),
+    ("train", ["train", "--steps", "5", "--out", "{tmp}/c.safetensors"], None, 1.0),
+    ("bench", ["bench", "--out", "{part}", "--runs", "1"], None, 1.0),
     ("serve", ["serve", "--out", "{site}", "--port", "0"], "serving", 0.2),
 ])
 def test_ctrl_c_is_exit_130_and_one_line_in_every_task(task, argv, wait_for, delay, tmp_path):
-    def shipped_checkpoint(data, _):  # the merge then draws the report from it: seconds of work
-        from conftest import DEFAULT_CHECKPOINT
+    def shipped_checkpoint(data, _):  # merge draws the report from it, bench builds its golden set:
+        from conftest import DEFAULT_CHECKPOINT  # seconds of work to interrupt
 
         sha = hashlib.sha256(DEFAULT_CHECKPOINT.read_bytes()).hexdigest()
         data["checkpoint"]["sha256"] = data["targets"]["t"]["provenance"]["checkpoint_sha256"] = sha
+        data["checkpoint"]["path"] = str(DEFAULT_CHECKPOINT)
 
     a = part(tmp_path / "part", edit=shipped_checkpoint)
     (tmp_path / "site" / "web").mkdir(parents=True)
