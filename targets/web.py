@@ -444,6 +444,15 @@ class SharedChromium:
 CHROMIUM_HOST = SharedChromium()
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    import os
+
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 class PageSession:
     """The site served on an ephemeral localhost port (COOP/COEP) and opened in headless Chromium.
 
@@ -462,8 +471,9 @@ class PageSession:
         self.browser = CHROMIUM_HOST.acquire()
         self.root = Path(tempfile.mkdtemp(prefix="arrcoc-page-"))
         try:
-            for entry in Path(site).resolve().iterdir():
-                (self.root / entry.name).symlink_to(entry)
+            # Real files, not symlinks: the server (pipeline.serve) never follows a link out of the
+            # folder it serves. Hard links cost nothing; a copy where the site is on another disk.
+            shutil.copytree(Path(site).resolve(), self.root, copy_function=_link_or_copy, dirs_exist_ok=True)
             (self.root / INPUT_DIR).mkdir()
             self._serving = serving(self.root)
             self.url = self._serving.__enter__()
