@@ -244,7 +244,7 @@ class PhotoWindows(nn.Module):
         super().__init__()
         self.grid = grid
         self.register_buffer("dst", _window_offsets(grid), persistent=False)
-        self.register_buffer("channel", torch.arange(3).reshape(1, 3, 1, 1, 1, 1), persistent=False)
+        self.register_buffer("channel", torch.arange(3).reshape(1, 3, 1, 1, 1), persistent=False)
         self.register_buffer("bytes_per_pixel", torch.tensor(3), persistent=False)
 
     # Whether the graph branches (torch.cond: ONNX If) to `at_input_size` for photos of exactly
@@ -278,21 +278,21 @@ class PhotoWindows(nn.Module):
         # symbolic batch exports as a Shape/Gather/Concat chain per reshape, and at 16G those
         # small nodes cost more than the gather itself (onnxruntime, measured).
         lower, upper, weight = self._taps(height, width)  # each [2,4G]: row taps, column taps
-        # Byte offsets into each flattened photo, laid out [B, 3, row tap, 4G, column tap, 4G] so
-        # that each blend takes whole contiguous blocks. A two-index gather would export as a
+        # Byte offsets into each flattened photo, laid out [B, 3, (row tap, row) 2*4G, column tap,
+        # 4G] so that each blend takes whole contiguous blocks (rank 5: CoreML's limit). A two-index gather would export as a
         # Transpose of the whole photo plus GatherND (4 ms at 12 MP); a Gather of 3-byte pixels
         # costs 2.5x more than GatherElements of bytes (onnxruntime, measured).
         taps = torch.stack([lower, upper], dim=1)  # [2 axes, 2 taps, 4G]
         # Integer maths without Python scalars: torchao's prepare_pt2e (ExecuTorch int8) lifts a
         # scalar into a float32 constant, which would turn these byte offsets into floats.
-        rows = (taps[0] * (3 * width)).reshape(1, 1, 2, w, 1, 1)
-        cols = (taps[1] * self.bytes_per_pixel).reshape(1, 1, 1, 1, 2, w)
+        rows = (taps[0] * (3 * width)).reshape(1, 1, 2 * w, 1, 1)
+        cols = (taps[1] * self.bytes_per_pixel).reshape(1, 1, 1, 2, w)
         # Each photo keeps its own row of the flattened view: folding the batch in as well would
         # make one dimension of up to batch x 8192 x 8192 x 3, past the int32 sizes of an
         # ExecuTorch program. The zeros give the offsets their batch dimension in the same add
         # (x - x of the photo's first byte: prepare_pt2e also drops torch.zeros' dtype keyword).
         first = photo[:, :1, :1, :1].to(torch.long)
-        per_photo = (first - first).reshape(-1, 1, 1, 1, 1, 1)
+        per_photo = (first - first).reshape(-1, 1, 1, 1, 1)
         offsets = (per_photo + self.channel + rows + cols).flatten(1)
         px = torch.gather(photo.flatten(1), 1, offsets).reshape(-1, 2, w).float()
         left, right = px.unbind(1)

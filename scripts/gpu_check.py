@@ -45,14 +45,16 @@ def compare_with_onnxruntime(runner, onnx_path: str) -> None:
 
     session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
-    for batch in (1, 8):
-        feeds = {"image": rng.random((batch, 3, 224, 224), dtype=np.float32),
+    # the contract's photo: uint8 [B,H,W,3] at its own size (16G square, a landscape, 12 MP)
+    for batch, (height, width) in ((1, (224, 224)), (8, (224, 224)), (1, (300, 451)), (1, (3024, 4032))):
+        feeds = {"image": rng.integers(0, 256, (batch, height, width, 3), dtype=np.uint8),
                  "query": rng.standard_normal((batch, 384)).astype(np.float32)}
         want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
         got = runner.run(feeds)
         rel = float(np.abs(got["relevance"] - want["relevance"]).max())
         overlap = np.mean([len(set(a) & set(b)) / a.size for a, b in zip(got["topk_indices"], want["topk_indices"])])
-        print(f"run batch {batch}: relevance max abs vs onnxruntime CPU {rel:.3g}, top-K overlap {overlap:.3f}")
+        print(f"run batch {batch}, {width}x{height}: relevance max abs vs onnxruntime CPU {rel:.3g}, "
+              f"top-K overlap {overlap:.3f}")
 
 
 def build_for_this_gpu(backend, onnx_path: str, dst: Path) -> str:
@@ -67,8 +69,10 @@ def build_for_this_gpu(backend, onnx_path: str, dst: Path) -> str:
     config.num_compute_capabilities = 1
     config.set_compute_capability(trt.ComputeCapability.CURRENT, 0)
     profile = builder.create_optimization_profile()
-    profile.set_shape("image", (1, 3, 224, 224), (8, 3, 224, 224), (64, 3, 224, 224))
-    profile.set_shape("query", (1, 384), (8, 384), (64, 384))
+    tb = sys.modules["trt_backend"]  # the target's own profile: batch and photo sides dynamic
+    contract = {"image": [None, None, None, 3], "query": [None, 384]}
+    for name, (low, opt, high) in tb.profile_shapes(contract, 224, 16, 8192).items():
+        profile.set_shape(name, low, opt, high)
     config.add_optimization_profile(profile)
     backend.logger.messages.clear()
     plan = builder.build_serialized_network(network, config)

@@ -30,7 +30,7 @@ _DTYPES = {
 }
 # Dtype strings used by the `cast` op's `dtype` argument.
 _CAST = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64, "int8": np.int8, "uint8": np.uint8,
-         "int16": np.int16, "int32": np.int32, "int64": np.int64, "bool": np.bool_}
+         "int16": np.int16, "uint16": np.uint16, "int32": np.int32, "int64": np.int64, "bool": np.bool_}
 # weight.bin: each blob starts with a 64-byte header (sentinel, dtype, size, data offset, ...).
 _BLOB_SENTINEL = 0xDEADBEEF
 _BLOB_DTYPES = {1: np.float16, 2: np.float32, 3: np.uint8, 4: np.int8, 5: np.uint16, 6: np.int16,
@@ -184,7 +184,20 @@ def _select(a):
 
 @op("cast")
 def _cast(a):
-    return (a["x"].astype(_CAST[_scalar(a["dtype"])]),)
+    """MIL cast. Float -> integer: the spec leaves fractions and out-of-range values unspecified,
+    so the evaluator accepts only values the target type holds and truncates toward zero (C's
+    conversion); the programs here cast floor()ed, clamped photo indices, which are whole numbers."""
+    x, dtype = a["x"], np.dtype(_CAST[_scalar(a["dtype"])])
+    if np.issubdtype(dtype, np.integer) and x.dtype != np.bool_ and x.size:
+        # also integer -> narrower integer: coremltools' add_int16_cast pass casts int32 gather
+        # indices to int16 / uint16 whatever their run-time values; wrapping would hide that
+        info, lo, hi = np.iinfo(dtype), float(x.min()), float(x.max())
+        if not (np.isfinite(lo) and np.isfinite(hi)) or lo < info.min or hi > info.max:
+            raise ExportError(f"cast of {x.dtype} values {lo:g}..{hi:g} to {dtype}, outside its range "
+                              "(undefined in MIL)", "keep such values in int32 (or clamp them before the cast)")
+        if np.issubdtype(x.dtype, np.floating):
+            return (np.trunc(x).astype(dtype),)
+    return (x.astype(dtype),)
 
 
 def _reduce(fn):
@@ -410,9 +423,47 @@ def _slice_by_size(a):
     return (x[tuple(slice(b, None if s == -1 else b + s) for b, s in zip(begin, size))],)
 
 
+def _checked_indices(indices, size: int, what: str) -> np.ndarray:
+    """iOS17 gathers: indices in [0, size). A negative or too-large index is out of bounds (with
+    validate_indices False its result is undefined), so the evaluator refuses it, never wraps."""
+    idx = np.asarray(indices).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise ExportError(f"{what}: index out of bounds [0, {size}) (min {idx.min()}, max {idx.max()}); "
+                          "undefined in MIL iOS17", "the program computed an index outside the tensor")
+    return idx
+
+
 @op("gather")
 def _gather(a):
-    return (np.take(a["x"], a["indices"].astype(np.int64), axis=int(_scalar(a.get("axis"), 0))),)
+    """MIL gather (iOS16+ batch_dims): K = D[:axis] + N[batch_dims:] + D[axis+1:], as tf.gather."""
+    x = a["x"]
+    axis = int(_scalar(a.get("axis"), 0)) % x.ndim
+    batch_dims = int(_scalar(a.get("batch_dims"), 0))
+    idx = _checked_indices(a["indices"], x.shape[axis], "gather")
+    if batch_dims == 0:
+        return (np.take(x, idx, axis=axis),)
+    if batch_dims < 0:
+        batch_dims += idx.ndim
+    if x.shape[:batch_dims] != idx.shape[:batch_dims]:
+        raise ExportError("gather: batch dimensions of x and indices differ", "check the program")
+    lead = x.shape[:batch_dims]
+    xs = x.reshape(-1, *x.shape[batch_dims:])
+    ids = idx.reshape(-1, *idx.shape[batch_dims:])
+    out = np.stack([np.take(xs[i], ids[i], axis=axis - batch_dims) for i in range(xs.shape[0])])
+    return (out.reshape(*lead, *out.shape[1:]),)
+
+
+@op("gather_along_axis")
+def _gather_along_axis(a):
+    """MIL gather_along_axis: out[..., i, ...] = x[..., indices[..., i, ...], ...] along `axis`;
+    indices have x's rank, and their other dimensions are those of x (no broadcasting)."""
+    x = a["x"]
+    axis = int(_scalar(a.get("axis"), 0)) % x.ndim
+    idx = _checked_indices(a["indices"], x.shape[axis], "gather_along_axis")
+    if idx.ndim != x.ndim or any(i != d for k, (i, d) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+        raise ExportError(f"gather_along_axis: indices {idx.shape} do not fit x {x.shape} off axis {axis}",
+                          "check the program")
+    return (np.take_along_axis(x, idx, axis=axis),)
 
 
 @op("split")

@@ -7,7 +7,14 @@ when that stage ran in this build and its model is symmetric INT8 (TensorRT take
 
 Verification runs the held-out set through the plan on the GPU when the host has one the plan
 supports; otherwise the variant is `unverified` with the precise reason, after the structural
-checks (plan written, network I/O vs the contract) that can run anywhere.
+checks (plan written, network I/O vs the contract, the plan's optimization profile) that can run
+anywhere.
+
+Whole photos: the ONNX model takes the photo as decoded (uint8 [B,H,W,3], any size MIN_SIDE..MAX_SIDE
+a side) and computes the resize itself, so each plan has one optimization profile with a dynamic
+batch (PROFILE) and dynamic height and width (min MIN_SIDE, opt 16G, max MAX_SIDE). The network
+input `image` stays UINT8; TensorRT layers take no UINT8 tensors, so a Cast to float16 (exact for
+bytes) is the network's first layer (trt_backend.cast_uint8_inputs, UINT8_NOTE).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import hashlib
 from pathlib import Path
 
 from pipeline.errors import ExportError
+from pipeline.model import MAX_SIDE, MIN_SIDE
 from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
@@ -22,13 +30,14 @@ from . import onnx_common, trt_backend
 
 MiB = 1024 * 1024
 # TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
-_DTYPES = {"image": ("FLOAT",), "query": ("FLOAT",), "relevance": ("FLOAT",),
+_DTYPES = {"image": ("UINT8",), "query": ("FLOAT",), "relevance": ("FLOAT",),
            "topk_indices": ("INT64", "INT32"), "weights": ("FLOAT",)}
 
 
 class TensorRTTarget(Target):
     name = "tensorrt"
-    summary = "TensorRT plans (FP32, INT8 from QDQ) built with TensorRT or TensorRT-RTX, dynamic batch 1-64"
+    summary = ("TensorRT plans (FP32, INT8 from QDQ) built with TensorRT or TensorRT-RTX: dynamic batch 1-64 and "
+               f"photo size {MIN_SIDE}-{MAX_SIDE} a side")
     extra = "tensorrt"
     modules = ("onnx", "tensorrt_rtx_bindings")
     capability = "NVIDIA GPU (TensorRT-RTX plans: compute capability 8.0, 8.6, 8.9, 12.0, 12.1)"
@@ -64,9 +73,8 @@ class TensorRTTarget(Target):
     def _build_variant(self, ctx, backend, src: Path, precision: str, cache, primary=False) -> Variant:
         ctx.log(f"[tensorrt] {precision}: parsing {src.name} and building the plan with {backend.label}")
         parsed = trt_backend.parse_onnx(backend, trt_backend.prepare_onnx(src), src.name, strongly_typed=precision != "fp16")
-        dims = {n: s[1:] for n, s in onnx_common.contract_shapes(ctx.config).items() if n in ("image", "query")}
         plan = ctx.staging / f"model.{precision}.plan"
-        settings = trt_backend.build_plan(parsed, plan, precision, dims, cache)
+        settings = trt_backend.build_plan(parsed, plan, precision, profile_shapes(ctx.config), cache)
         expect_file(plan, f"the {precision} TensorRT plan")
         budget = size_budget(ctx, settings["compute_capabilities"])
         base = LOSSLESS if precision == "fp32" else LOSSY
@@ -75,6 +83,7 @@ class TensorRTTarget(Target):
             "backend": backend.name, "backend_module": backend.trt.__name__, "backend_version": backend.version,
             "compute_capabilities": settings["compute_capabilities"], "settings": settings,
             "source_onnx": {"file": src.name, "sha256": _sha256(src)}, "network_io": parsed.io,
+            "image_input": {"dtype": "UINT8", "shape": "[B,H,W,3]", "cast": trt_backend.UINT8_NOTE},
         }
         topk = parsed.io.get("topk_indices", {}).get("dtype", "INT64").lower()
         return Variant(precision, [plan], gate, budget, primary=primary, topk_dtype=topk, info=info)
@@ -83,6 +92,7 @@ class TensorRTTarget(Target):
         plan = expect_file(variant.files[0], "the TensorRT plan")
         checks = [f"plan written: {plan.name}, {plan.stat().st_size} bytes"]
         checks.append(check_io(variant.info["network_io"], ctx.config, "parsed network"))
+        checks.append(check_profile(variant.info["settings"]["optimization_profile"], ctx.config))
         ccs = ", ".join(variant.info["compute_capabilities"]) or "the build GPU's"
         checks.append(f"built for compute capability {ccs} by {variant.info['backend']} {variant.info['backend_version']}")
         return checks
@@ -194,8 +204,28 @@ def first_nonzero_zero_point(path: Path) -> str | None:
 # ------------------------------------------------------------------ checks and settings
 
 
+def profile_shapes(cfg) -> dict[str, tuple]:
+    """The plan's optimization profile: (min, opt, max) per input; batch 1 / 8 / 64, the photo's
+    height and width MIN_SIDE / 16G / MAX_SIDE."""
+    inputs = {n: s for n, s in onnx_common.contract_shapes(cfg).items() if n in ("image", "query")}
+    return trt_backend.profile_shapes(inputs, cfg.image_size, MIN_SIDE, MAX_SIDE)
+
+
+def check_profile(held: dict, cfg) -> str:
+    """The profile the builder holds (read back from it) vs profile_shapes."""
+    want = {n: dict(zip(("min", "opt", "max"), ([int(v) for v in s] for s in shapes)))
+            for n, shapes in profile_shapes(cfg).items()}
+    if held != want:
+        raise ExportError(f"TensorRT optimization profile {held} differs from the contract's {want}",
+                          "build the plan with profile_shapes(cfg)")
+    image = held["image"]
+    return (f"optimization profile: image {image['min']} .. {image['max']} (opt {image['opt']}), "
+            f"query batch {held['query']['min'][0]}..{held['query']['max'][0]}")
+
+
 def check_io(io: dict, cfg, what: str) -> str:
-    """Names, modes, dtypes and shapes (dynamic batch, fixed other dims) vs the contract."""
+    """Names, modes, dtypes and shapes (dynamic batch, photo height and width; fixed other dims)
+    vs the contract."""
     problems = []
     for name, shape in onnx_common.contract_shapes(cfg).items():
         t = io.get(name)
@@ -207,13 +237,14 @@ def check_io(io: dict, cfg, what: str) -> str:
             problems.append(f"{name} is an {t['mode']}, expected an {want_mode}")
         if t["dtype"] not in _DTYPES[name]:
             problems.append(f"{name} is {t['dtype']}, expected {'/'.join(_DTYPES[name])}")
-        if t["shape"][0] != -1 or list(t["shape"][1:]) != shape[1:]:
-            problems.append(f"{name} has shape {t['shape']}, expected [-1, {', '.join(map(str, shape[1:]))}]")
+        expected = [-1 if d is None else d for d in shape]
+        if list(t["shape"]) != expected:
+            problems.append(f"{name} has shape {t['shape']}, expected {expected}")
     if problems:
         raise ExportError(f"TensorRT {what} breaks the I/O contract: {'; '.join(problems)}",
                           "fix the ONNX model so names, dtypes and shapes match the contract")
-    return (f"I/O contract ({what}): names, dtypes, dynamic batch and fixed dims match; "
-            f"topk_indices is {io['topk_indices']['dtype']}")
+    return (f"I/O contract ({what}): names, dtypes (image UINT8), dynamic batch / photo height / width and "
+            f"fixed dims match; topk_indices is {io['topk_indices']['dtype']}")
 
 
 def size_budget(ctx: BuildContext, ccs: list[str]) -> int:

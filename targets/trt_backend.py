@@ -196,18 +196,38 @@ def network_io(network) -> dict:
 # ------------------------------------------------------------------ building
 
 
-def build_plan(parsed: Parsed, dst: Path, precision: str, input_dims: dict[str, list[int]],
+def profile_shapes(contract: dict[str, list], opt_side: int, min_side: int, max_side: int) -> dict[str, tuple]:
+    """(min, opt, max) shapes of each input for one optimization profile, from the contract's
+    shapes (None = dynamic): the batch over PROFILE, a dynamic photo side over min..max with
+    `opt_side` (16G, the size the model resizes to) as the shape TensorRT tunes for."""
+    shapes = {}
+    for name, dims in contract.items():
+        picks = []
+        for batch, side in zip(PROFILE, (min_side, opt_side, max_side)):
+            picks.append(tuple(batch if i == 0 else side if d is None else d for i, d in enumerate(dims)))
+        shapes[name] = tuple(picks)
+    return shapes
+
+
+def build_plan(parsed: Parsed, dst: Path, precision: str, input_shapes: dict[str, tuple],
                timing_cache: Path | None, opt_level: int = 3) -> dict:
-    """Build and write a serialized plan; returns the settings to record in the manifest."""
+    """Build and write a serialized plan with one optimization profile (`input_shapes`: name ->
+    (min, opt, max) shapes, see profile_shapes); returns the settings to record in the manifest,
+    the profile as the builder holds it read back from the profile object."""
     backend, trt = parsed.backend, parsed.backend.trt
     config = parsed.builder.create_builder_config()
     config.builder_optimization_level = opt_level
     if precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)  # full TensorRT only (supports_fp16)
     profile = parsed.builder.create_optimization_profile()
-    for name, dims in input_dims.items():
-        profile.set_shape(name, *[(b, *dims) for b in PROFILE])
+    for name, shapes in input_shapes.items():
+        profile.set_shape(name, *shapes)
+    if not profile:  # an IOptimizationProfile is falsy when its shapes are inconsistent
+        raise ExportError(f"{backend.label} rejected the optimization profile {input_shapes}",
+                          "check the profile against the network's inputs")
     config.add_optimization_profile(profile)
+    held = {name: dict(zip(("min", "opt", "max"), ([int(v) for v in s] for s in profile.get_shape(name))))
+            for name in input_shapes}
     ccs = backend.set_compute_capabilities(config)
     cache = backend.attach_timing_cache(config, timing_cache)
     backend.logger.messages.clear()
@@ -221,7 +241,7 @@ def build_plan(parsed: Parsed, dst: Path, precision: str, input_dims: dict[str, 
     return {
         "precision": precision,
         "network": "strongly typed" if parsed.strongly_typed else "weakly typed + FP16 flag",
-        "optimization_profile": {"batch_min": PROFILE[0], "batch_opt": PROFILE[1], "batch_max": PROFILE[2]},
+        "optimization_profile": held,
         "builder_optimization_level": opt_level,
         "compute_capabilities": ccs,
         "timing_cache": cache,
@@ -265,7 +285,8 @@ def check_host(plan_ccs: list[str], backend_label: str) -> str:
     return cc
 
 
-_TORCH_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT32": "int32", "INT64": "int64", "BOOL": "bool"}
+_TORCH_DTYPES = {"FLOAT": "float32", "HALF": "float16", "INT32": "int32", "INT64": "int64", "BOOL": "bool",
+                 "UINT8": "uint8"}
 
 
 class PlanRunner:
@@ -321,16 +342,59 @@ class PlanRunner:
 
 
 def prepare_onnx(path: Path) -> bytes:
-    """The model's bytes with constant-only subgraphs folded. Why: the exporter (optimize=False, see
-    onnx_common.export_onnx) leaves ReduceL2's axes as Reshape(Constant), and TensorRT's parser
-    requires reduce axes that are plain initializers. Folding evaluates exactly those nodes with
-    ONNX's reference implementation, so no value changes (unlike a general optimiser, which rewrites
-    `x + eps`); a node that cannot be evaluated is left for the parser to report."""
+    """The model's bytes as TensorRT's parser can take them, computing the same values:
+    - constant-only subgraphs folded. Why: the exporter (optimize=False, see onnx_common.export_onnx)
+      leaves ReduceL2's axes as Reshape(Constant), and TensorRT's parser requires reduce axes that are
+      plain initializers. Folding evaluates exactly those nodes with ONNX's reference implementation,
+      so no value changes (unlike a general optimiser, which rewrites `x + eps`); a node that cannot
+      be evaluated is left for the parser to report;
+    - a Cast after each uint8 graph input (cast_uint8_inputs): the network input stays UINT8."""
     import onnx
 
     model = onnx.load(str(path))
     fold_constants(model)
+    cast_uint8_inputs(model)
     return model.SerializeToString()
+
+
+# What a uint8 network input is cast to before any other layer reads it: float16 holds every byte
+# value exactly (every integer up to 2048) in half the bytes of float32 or int32.
+UINT8_CAST_TO = "FLOAT16"
+UINT8_NOTE = ("TensorRT layers take no UINT8 tensors (TensorRT-RTX 1.7's parser: 'Gather: Found unsupported "
+              "input type of UINT8'); UINT8 is accepted as a network input followed by a Cast, so the plan's "
+              "`image` input is UINT8 as the contract says and its first layer casts the photo to float16, which "
+              "holds every byte value exactly (a float16 copy of the photo on the GPU: 2 bytes per byte handed "
+              "over, 73 MB at 12 MP)")
+
+
+def cast_uint8_inputs(model) -> list[str]:
+    """Insert `Cast(to=UINT8_CAST_TO)` after every uint8 graph input and point its readers, in the
+    graph and in If / Loop subgraphs, at the cast. Values are unchanged (uint8 -> float16 is exact);
+    the graph input keeps its name and type. Returns the inputs cast."""
+    from onnx import TensorProto, helper
+
+    to = getattr(TensorProto, UINT8_CAST_TO)
+    cast = [i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.UINT8]
+    renamed = {name: f"{name}__as_{UINT8_CAST_TO.lower()}" for name in cast}
+
+    def rewire(graph):
+        for node in graph.node:
+            for k, name in enumerate(node.input):
+                if name in renamed:
+                    node.input[k] = renamed[name]
+            for attr in node.attribute:
+                if attr.type == attr.GRAPH:
+                    rewire(attr.g)
+                for g in attr.graphs:
+                    rewire(g)
+
+    if cast:
+        rewire(model.graph)
+        nodes = [helper.make_node("Cast", [name], [renamed[name]], name=f"cast_{name}_uint8", to=to) for name in cast]
+        rest = list(model.graph.node)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes + rest)
+    return cast
 
 
 def fold_constants(model) -> int:

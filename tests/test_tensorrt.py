@@ -1,6 +1,9 @@
 """tensorrt: one real CLI build per session (onnx [+ onnx-int8] + tensorrt, TensorRT-RTX plans built
-on this CPU-only host), then the manifest, the honest `unverified` status, an INT8 plan from a
-symmetric QDQ model, and bad input (parser-rejected node, missing backend) that publishes nothing."""
+on this CPU-only host), then the manifest, the honest `unverified` status, the whole-photo contract
+(UINT8 input cast to float16 first, one profile with dynamic batch, height and width), an INT8 plan
+from a symmetric QDQ model, and bad input (parser-rejected node, missing backend) that publishes
+nothing. The plans cannot be deserialised here (no CUDA driver) nor on the lent H100/H200
+(TensorRT-RTX plans run on compute capability 8.0-8.9 and 12.x only)."""
 from __future__ import annotations
 
 import json
@@ -47,6 +50,7 @@ def test_plan_published_unverified_with_precise_reason(trt_out):
     assert plan.suffix == ".plan" and plan.stat().st_size == fp32["size"]["bytes"] > 0
     assert fp32["size"]["bytes"] <= fp32["size"]["budget"]
     assert any("I/O contract (parsed network)" in c for c in fp32["checks"])
+    assert any(c.startswith("optimization profile: image [1, 16, 16, 3] .. [64, 8192, 8192, 3]") for c in fp32["checks"])
 
 
 def test_manifest_records_backend_capabilities_settings(trt_out):
@@ -57,14 +61,23 @@ def test_manifest_records_backend_capabilities_settings(trt_out):
     assert info["compute_capabilities"] == ["8.0", "8.6", "8.9", "12.0", "12.1"]
     settings = info["settings"]
     assert settings["precision"] == "fp32" and settings["network"] == "strongly typed"
-    assert settings["optimization_profile"] == {"batch_min": 1, "batch_opt": 8, "batch_max": 64}
+    # one profile: dynamic batch, the photo's height and width 16 .. 8192 tuned for 16G (read back
+    # from the profile object the builder held)
+    size, dim = info["network_io"]["image"], info["network_io"]["query"]["shape"][1]
+    g16 = _entry(trt_out)["variants"]["fp32"]["info"]["settings"]["optimization_profile"]["image"]["opt"][1]
+    assert settings["optimization_profile"] == {
+        "image": {"min": [1, 16, 16, 3], "opt": [8, g16, g16, 3], "max": [64, 8192, 8192, 3]},
+        "query": {"min": [1, dim], "opt": [8, dim], "max": [64, dim]}}
+    assert g16 % 16 == 0 and size["dtype"] == "UINT8"
     assert settings["timing_cache"]["used"] is False and "no-ops" in settings["timing_cache"]["reason"]
     onnx_file = trt_out / "onnx" / "model.onnx"
     import hashlib
 
     assert info["source_onnx"]["sha256"] == hashlib.sha256(onnx_file.read_bytes()).hexdigest()
     io = info["network_io"]
-    assert io["image"]["shape"] == [-1, 3, 224, 224] and io["topk_indices"]["dtype"] in ("INT64", "INT32")
+    assert io["image"] == {"mode": "input", "shape": [-1, -1, -1, 3], "dtype": "UINT8"}
+    assert io["topk_indices"]["dtype"] in ("INT64", "INT32")
+    assert "UINT8" in info["image_input"]["cast"] and "float16" in info["image_input"]["cast"]
     # every flavour that was not built says why
     assert set(info["not_built"]) >= {"fp16"} and "strongly typed" in info["not_built"]["fp16"]
     assert "int8" in _entry(trt_out)["variants"] or "int8" in info["not_built"]
@@ -175,8 +188,10 @@ def test_load_backend_without_modules(monkeypatch):
     assert TensorRTTarget().missing_modules() == ["tensorrt_rtx_bindings (or tensorrt)"]
 
 
-def test_folding_keeps_outputs_identical(trt_out, golden):
-    """The constant folding done for TensorRT's parser changes no value (onnxruntime, same inputs)."""
+def test_prepared_model_keeps_outputs_identical(trt_out, golden):
+    """What TensorRT's parser is given (constants folded, the uint8 photo cast to float16 first)
+    computes the same values as the published model: onnxruntime, same inputs, the 16G crops and
+    every whole photo (12 MP included), bit for bit."""
     import onnxruntime as ort
 
     from targets.trt_backend import prepare_onnx
@@ -184,9 +199,46 @@ def test_folding_keeps_outputs_identical(trt_out, golden):
     src = trt_out / "onnx" / "model.onnx"
     a = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
     b = ort.InferenceSession(prepare_onnx(src), providers=["CPUExecutionProvider"])
-    feeds = golden.heldout.inputs(0, 4)
-    for x, y in zip(a.run(None, feeds), b.run(None, feeds)):
-        np.testing.assert_array_equal(x, y)
+    assert [(i.name, i.type) for i in b.get_inputs()] == [(i.name, i.type) for i in a.get_inputs()]
+    assert b.get_inputs()[0].type == "tensor(uint8)"
+    split = golden.heldout
+    for start, stop in [(0, 4)] + [(i, i + 1) for i in split.whole]:
+        feeds = split.inputs(start, stop)
+        for x, y in zip(a.run(None, feeds), b.run(None, feeds)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_uint8_input_is_cast_before_any_layer(trt_out):
+    """TensorRT layers take no UINT8 tensors: the network input stays UINT8 and its only reader,
+    in the graph and in the 16G fast path's If branches, is the inserted Cast to float16; without
+    it TensorRT-RTX's parser refuses the model, naming the UINT8 gather."""
+    import onnx
+    from onnx import TensorProto
+
+    from pipeline.errors import ExportError
+    from targets import trt_backend
+
+    src = trt_out / "onnx" / "model.onnx"
+    model = onnx.load_from_string(trt_backend.prepare_onnx(src))
+    readers = []
+
+    def walk(graph):
+        for node in graph.node:
+            if "image" in node.input:
+                readers.append(node)
+            for attr in node.attribute:
+                if attr.type == attr.GRAPH:
+                    walk(attr.g)
+
+    walk(model.graph)
+    assert [(n.op_type, n.attribute[0].i) for n in readers] == [("Cast", TensorProto.FLOAT16)]
+    assert model.graph.node[0].op_type == "Cast"
+    assert any(n.op_type == "If" for n in model.graph.node)  # the fast path's branches were rewired too
+    backend = trt_backend.load_backend()
+    raw = onnx.load(str(src))
+    trt_backend.fold_constants(raw)  # folded, but no Cast
+    with pytest.raises(ExportError, match="UINT8"):
+        trt_backend.parse_onnx(backend, raw.SerializeToString(), "uncast.onnx")
 
 
 def test_io_contract_check(loaded):
@@ -194,7 +246,7 @@ def test_io_contract_check(loaded):
     from targets.tensorrt import check_io
 
     cfg = loaded.config
-    io = {"image": {"mode": "input", "shape": [-1, 3, 224, 224], "dtype": "FLOAT"},
+    io = {"image": {"mode": "input", "shape": [-1, -1, -1, 3], "dtype": "UINT8"},
           "query": {"mode": "input", "shape": [-1, cfg.query_dim], "dtype": "FLOAT"},
           "relevance": {"mode": "output", "shape": [-1, cfg.num_patches], "dtype": "FLOAT"},
           "topk_indices": {"mode": "output", "shape": [-1, cfg.top_k], "dtype": "INT32"},
@@ -203,6 +255,23 @@ def test_io_contract_check(loaded):
     io["weights"] = {"mode": "output", "shape": [8, 3], "dtype": "HALF"}
     with pytest.raises(ExportError, match="weights is HALF.*weights has shape"):
         check_io(io, cfg, "test")
+    io["weights"] = {"mode": "output", "shape": [-1, 3], "dtype": "FLOAT"}
+    io["image"] = {"mode": "input", "shape": [-1, 3, 224, 224], "dtype": "FLOAT"}  # the square float contract
+    with pytest.raises(ExportError, match=r"image is FLOAT, expected UINT8.*image has shape \[-1, 3, 224, 224\]"):
+        check_io(io, cfg, "test")
+
+
+def test_profile_check(loaded):
+    from pipeline.errors import ExportError
+    from targets.tensorrt import check_profile, profile_shapes
+
+    cfg = loaded.config
+    held = {n: dict(zip(("min", "opt", "max"), (list(s) for s in shapes))) for n, shapes in profile_shapes(cfg).items()}
+    assert held["image"]["opt"] == [8, cfg.image_size, cfg.image_size, 3]
+    assert "image [1, 16, 16, 3] .. [64, 8192, 8192, 3]" in check_profile(held, cfg)
+    held["image"]["max"] = [64, 224, 224, 3]  # a square-only plan
+    with pytest.raises(ExportError, match="optimization profile"):
+        check_profile(held, cfg)
 
 
 def test_timing_cache_path_under_out_dir(make_ctx, tmp_path):
@@ -219,7 +288,7 @@ def test_timing_cache_path_under_out_dir(make_ctx, tmp_path):
 
 class _Reader:
     def __init__(self, split):
-        self.batches = iter([split.inputs(i, min(i + 4, len(split))) for i in range(0, len(split), 4)])
+        self.batches = iter([split.inputs(a, b) for a, b in split.runs(4)])  # one photo size per batch
 
     def get_next(self):
         return next(self.batches, None)
