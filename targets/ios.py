@@ -25,6 +25,7 @@ from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
 from . import mobile_contract
+from .coreml import IMAGE_INPUT
 from .mobile_contract import bundle_allowance, copy_to_app, write_sample  # shared with targets/android.py
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +64,9 @@ def package_entry(cfg, package: Path, report) -> dict:
         "sha256": tree_sha256(package), "sha256_of": "sorted relative paths + sha256 of each file",
         "topk_dtype": v.topk_dtype, "max_batch": MAX_BATCH, "gate": v.gate.to_dict(),
         "reference_check": {"status": report.status, "runtime": report.runtime, "metrics": report.metrics},
-        **mobile_contract.tensors(cfg, v.topk_dtype),
+        # CoreML has no uint8 inputs: the photo's bytes go in as float16 of the same values (coreml.IMAGE_INPUT)
+        "image_input": IMAGE_INPUT,
+        **mobile_contract.tensors(cfg, v.topk_dtype, image_dtype="float16"),
     }
 
 

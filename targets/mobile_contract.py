@@ -22,7 +22,7 @@ API:
 
 App-bundle helpers shared by targets/ios.py and targets/android.py:
   bundle_allowance(cfg) -> int         bytes for the golden bundle, sample photo and contract
-  write_sample(ctx, folder) -> Path    the first held-out photo as SAMPLE_IMAGE (model resolution)
+  write_sample(ctx, folder) -> Path    the whole 451 x 300 golden photo as SAMPLE_IMAGE (its own size)
   copy_to_app(staging, dest)           replace the app's resource folder with the staged bundle
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.errors import ExportError
-from pipeline.model import WAYS_OF_KNOWING, ModelConfig
+from pipeline.model import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
 
 CONTRACT_VERSION = 1
 CONTRACT_FILE = "contract.json"
@@ -50,18 +50,20 @@ PRESET_SENTENCES = (
     "flowers and plants",
 )
 
-# How the apps turn a photo into the `image` tensor. Mirrors pipeline.golden.load_image_file.
+# How the apps turn a photo into the `image` tensor: they do not. The artifact takes the photo as
+# decoded and does the reference's resize itself (pipeline/model.py); mirrors pipeline.golden.load_photo.
 PREPROCESSING = {
-    "color": "RGB",
-    "alpha": "composite on white",
-    "orientation": "apply EXIF orientation first",
-    "crop": "centre square (side = shorter edge)",
-    "resize": None,  # filled with image_size
-    "resample": "Lanczos in the build; any good filter on device (bilinear/area) is fine",
-    "scale": 1.0 / 255.0,  # uint8 -> float32 in [0, 1], no mean/std normalisation
-    "range": [0.0, 1.0],
-    "layout": "NCHW",
-    "dtype": "float32",
+    "input": "the photo as decoded: uint8 [1,H,W,3], RGB, HWC, rows top to bottom",
+    "orientation": "apply EXIF orientation first (the pixels as the photo is shown upright)",
+    "alpha": "dropped: the colour values as stored, not composited (PIL's convert('RGB'))",
+    "crop": None,  # none: the whole photo
+    "resize": None,  # none: the artifact does arr-coc-0-1's bilinear resize to 16G itself
+    "scale": None,  # none: the artifact divides by 255 (ToTensor) itself
+    "layout": "NHWC",
+    "dtype": "uint8 (CoreML: float16 holding the same byte values; see the artifact's tensors)",
+    "min_side": MIN_SIDE,
+    "max_side": MAX_SIDE,
+    "batch": "photos of one size per batch",
     "query": "unit-norm float32 embedding of width query_dim (all-MiniLM-L6-v2 for D=384)",
 }
 
@@ -74,12 +76,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def tensors(cfg: ModelConfig, topk_dtype: str = "int64", batch: int | str = "batch") -> dict:
-    """The I/O table of one artifact: names -> {dtype, shape}; `batch` marks the dynamic dimension."""
-    s = cfg.image_size
+def tensors(cfg: ModelConfig, topk_dtype: str = "int64", batch: int | str = "batch",
+            image_dtype: str = "uint8") -> dict:
+    """The I/O table of one artifact: names -> {dtype, shape}; `batch`, "height" and "width" mark
+    the dynamic dimensions (height and width: the photo's own, MIN_SIDE..MAX_SIDE)."""
     return {
         "inputs": [
-            {"name": "image", "dtype": "float32", "shape": [batch, 3, s, s]},
+            {"name": "image", "dtype": image_dtype, "shape": [batch, "height", "width", 3]},
             {"name": "query", "dtype": "float32", "shape": [batch, cfg.query_dim]},
         ],
         "outputs": [
@@ -132,20 +135,22 @@ def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None 
             raise ExportError(f"contract: artifact '{key}' file {path.name} does not exist",
                               "write the artifacts before the contract")
         topk_dtype = spec.get("topk_dtype", "int64")
-        extra = {k: v for k, v in spec.items() if k not in ("path", "topk_dtype")}
+        image_dtype = spec.get("image_dtype", "uint8")
+        extra = {k: v for k, v in spec.items() if k not in ("path", "topk_dtype", "image_dtype")}
         entries[key] = {**extra, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path),
-                        "topk_dtype": topk_dtype, **tensors(cfg, topk_dtype)}
+                        "topk_dtype": topk_dtype, **tensors(cfg, topk_dtype, image_dtype=image_dtype)}
     presets = preset_queries(cfg, fallback_split=fallback_split) if presets is None else presets
     return {
         "version": CONTRACT_VERSION,
         "model": {
             "image_size": cfg.image_size, "grid": cfg.grid, "num_patches": cfg.num_patches,
             "top_k": cfg.top_k, "query_dim": cfg.query_dim,
-            # relevance[b, r * grid + c] scores the patch at row r, column c (row-major).
-            "patch_index": "row * grid + col, row-major; patch side = image_size / grid pixels",
+            # relevance[b, r * grid + c] scores the cell at row r, column c (row-major) of a grid laid
+            # over the whole photo: on a W x H photo a cell is W/grid wide and H/grid tall.
+            "patch_index": "row * grid + col, row-major; a cell is photo width / grid wide and photo height / grid tall",
             "weights_order": list(WAYS_OF_KNOWING),
         },
-        "preprocessing": {**PREPROCESSING, "resize": [cfg.image_size, cfg.image_size]},
+        "preprocessing": dict(PREPROCESSING),
         "artifacts": entries,
         "golden": golden,
         "presets": presets,
@@ -179,20 +184,29 @@ def check_files(data: dict, folder: Path) -> list[str]:
     return [f"contract.json matches {len(checked)} artifact file(s) by name, bytes and sha256"]
 
 
-def bundle_allowance(cfg, samples: int = 2) -> int:
-    """Bytes for the golden bundle (float32 images, queries, outputs), the sample photo and contract."""
-    per_sample = 3 * cfg.image_size ** 2 + cfg.query_dim + cfg.num_patches + cfg.top_k + 3
-    return samples * per_sample * 4 + 3 * cfg.image_size ** 2 + 256 * 1024
+# The whole photo the bundles and the sample button carry (pipeline.golden.BUNDLE_WHOLE: 451 x 300).
+WHOLE_SAMPLE_BYTES = 451 * 300 * 3
+
+
+def bundle_allowance(cfg, crops: int = 2) -> int:
+    """Bytes for the golden bundle (uint8 photos: `crops` 16G crops and the whole 451 x 300 photo;
+    float32 queries and outputs, int64 indices), the sample photo (PNG, at most its raw bytes) and
+    the contract."""
+    outputs = 4 * (cfg.query_dim + cfg.num_patches + 3) + 8 * cfg.top_k
+    photos = crops * 3 * cfg.image_size ** 2 + WHOLE_SAMPLE_BYTES
+    return photos + (crops + 1) * outputs + WHOLE_SAMPLE_BYTES + 256 * 1024
 
 
 def write_sample(ctx, folder: Path) -> Path:
-    """The first held-out photo at model resolution, for the apps' 'bundled sample' button."""
-    import numpy as np
+    """The golden set's whole non-square photo (pipeline.golden.BUNDLE_WHOLE, 451 x 300) at its own
+    size, lossless, for the apps' 'bundled sample' button: what a user's photo looks like to them."""
     from PIL import Image
 
-    img = (ctx.golden.heldout.images[0].transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)
+    from pipeline.golden import BUNDLE_WHOLE
+
+    heldout = ctx.golden.heldout
     path = Path(folder) / SAMPLE_IMAGE
-    Image.fromarray(img).save(path, optimize=True)
+    Image.fromarray(heldout.images[heldout.names.index(BUNDLE_WHOLE)]).save(path, optimize=True)
     return path
 
 

@@ -101,7 +101,7 @@ def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract)
         assert [t["name"] for t in art["inputs"]] == ["image", "query"]
         assert [t["name"] for t in art["outputs"]] == ["relevance", "topk_indices", "weights"]
         assert art["topk_dtype"] == "int64" and art["outputs"][1]["dtype"] == "int64"
-        assert art["inputs"][0]["shape"] == ["batch", 3, contract["model"]["image_size"], contract["model"]["image_size"]]
+        assert art["inputs"][0]["shape"] == ["batch", "height", "width", 3] and art["inputs"][0]["dtype"] == "uint8"
     assert contract["app"]["default_artifact"] in contract["artifacts"]
     assert mobile_contract.check_files(contract, out / "android") and android.check_bundle(contract, app)
     # the app copy is exactly what was published, nothing more, nothing less
@@ -123,11 +123,31 @@ def test_presets_are_real_embeddings_or_absent_with_a_reason(contract):
 def test_golden_bundle_is_keyed_by_the_contract_tensor_names(built, contract, golden):
     entry = contract["artifacts"][contract["app"]["default_artifact"]]
     data = (built[1] / contract["golden"]["bin"]).read_bytes()
-    for tensor in entry["inputs"] + entry["outputs"]:
-        arr = golden["arrays"][tensor["name"]]
-        assert arr["dtype"] == tensor["dtype"] and arr["shape"][1:] == tensor["shape"][1:]
-        assert arr["offset"] + arr["bytes"] <= len(data)
-    assert len(golden["samples"]) >= 1
+    for sample in golden["samples"]:  # one batch-1 run each, photos of their own sizes
+        for tensor in entry["inputs"] + entry["outputs"]:
+            arr = sample["arrays"][tensor["name"]]
+            assert arr["dtype"] == tensor["dtype"] and arr["shape"][0] == 1
+            assert all(d is None or isinstance(want, str) or d == want
+                       for d, want in zip(arr["shape"][1:], tensor["shape"][1:]))
+            assert arr["offset"] + arr["bytes"] <= len(data)
+    shapes = [s["arrays"]["image"]["shape"] for s in golden["samples"]]
+    assert any(h != w for _, h, w, _ in shapes), "the self-check includes a whole non-square photo"
+
+
+def test_apps_hand_over_the_photo_as_decoded(contract):
+    """No crop, no resample, no float scaling left in either app: the artifact does the resize.
+    Android hands ExecuTorch uint8 [1,H,W,3]; iOS float16 [1,H,W,3] (CoreML has no uint8 input)."""
+    assert contract["preprocessing"]["crop"] is None and contract["preprocessing"]["resize"] is None
+    image = contract["artifacts"][contract["app"]["default_artifact"]]["inputs"][0]
+    assert image["dtype"] == "uint8" and image["shape"] == ["batch", "height", "width", 3]
+    kotlin = "".join(p.read_text() for p in KOTLIN_ALL)
+    swift = "".join(p.read_text() for p in (ANDROID.parent / "ios").rglob("*.swift"))
+    for banned in ("createScaledBitmap", "squareOnWhite", "inSampleSize", "Rect(left, top, left + side"):
+        assert banned not in kotlin, banned
+    for banned in ("squareRGBA", "scaledToFill", "resize[", "interpolationQuality"):
+        assert banned not in swift, banned
+    assert "Tensor.fromBlobUnsigned(photo.rgb, imageSpec.shapeFor(1, photo.height, photo.width))" in kotlin
+    assert "dataType: .float16" in swift and "[1, height, width, 3]" in swift
 
 
 def test_app_looks_where_the_build_copies():

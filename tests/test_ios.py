@@ -75,9 +75,15 @@ def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
 def test_golden_bundle_is_keyed_by_the_contract_tensor_names(built, contract):
     golden = json.loads((built[1] / contract["golden"]["json"]).read_text())
     entry = contract["artifacts"][contract["app"]["default_artifact"]]
-    for tensor in entry["inputs"] + entry["outputs"]:
-        arr = golden["arrays"][tensor["name"]]
-        assert arr["dtype"] == tensor["dtype"] and arr["shape"][1:] == tensor["shape"][1:]
+    # CoreML's image input is float16 holding the photo's byte values; the bundle keeps the uint8
+    # photo as decoded and the app writes each byte as a float16 (RelevanceModel.photoArray)
+    assert entry["inputs"][0]["dtype"] == "float16" and entry["image_input"]["multiarray_dtype"] == "FLOAT16"
+    for sample in golden["samples"]:
+        for tensor in entry["inputs"] + entry["outputs"]:
+            arr = sample["arrays"][tensor["name"]]
+            want = "uint8" if tensor["name"] == entry["inputs"][0]["name"] else tensor["dtype"]
+            assert arr["dtype"] == want and arr["shape"][0] == 1
+    assert any(s["arrays"]["image"]["shape"][1] != s["arrays"]["image"]["shape"][2] for s in golden["samples"])
 
 
 def test_app_looks_where_the_build_copies():

@@ -34,7 +34,7 @@ final class DemoState: ObservableObject {
     func run() {
         guard let contract, let model, let photo, let preset else { return }
         do {
-            let image = try RelevanceModel.preprocess(photo, contract: contract)
+            let image = try RelevanceModel.preprocess(photo, contract: contract, entry: model.entry)
             prediction = try model.predict(image: image, query: preset.embedding)
         } catch {
             status = error.localizedDescription
@@ -107,23 +107,26 @@ struct HeatmapView: View {
 
     var body: some View {
         GeometryReader { geo in
-            let side = min(geo.size.width, geo.size.height)
+            // the whole photo at its own aspect; the grid covers all of it, so a cell is
+            // (width / grid) x (height / grid): not square on a non-square photo
+            let fit = min(geo.size.width / photo.size.width, geo.size.height / photo.size.height)
+            let shown = CGSize(width: photo.size.width * fit, height: photo.size.height * fit)
             ZStack {
-                Image(uiImage: photo).resizable().scaledToFill().frame(width: side, height: side).clipped()
+                Image(uiImage: photo).resizable().frame(width: shown.width, height: shown.height)
                 if let p = prediction {
                     Canvas { ctx, size in
-                        let cell = size.width / CGFloat(grid)
+                        let cw = size.width / CGFloat(grid), ch = size.height / CGFloat(grid)
                         let top = Set(p.topk)
                         for idx in 0..<min(p.relevance.count, grid * grid) {
                             // relevance[row * grid + col] (contract.model.patch_index)
-                            let rect = CGRect(x: CGFloat(idx % grid) * cell, y: CGFloat(idx / grid) * cell, width: cell, height: cell)
+                            let rect = CGRect(x: CGFloat(idx % grid) * cw, y: CGFloat(idx / grid) * ch, width: cw, height: ch)
                             ctx.fill(Path(rect), with: .color(.red.opacity(0.55 * Double(p.relevance[idx]))))
                             if showTopK && top.contains(idx) {
                                 ctx.stroke(Path(rect.insetBy(dx: 1, dy: 1)), with: .color(.yellow), lineWidth: 1.5)
                             }
                         }
                     }
-                    .frame(width: side, height: side)
+                    .frame(width: shown.width, height: shown.height)
                 }
             }
             .frame(width: geo.size.width, height: geo.size.height)

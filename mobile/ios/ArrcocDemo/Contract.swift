@@ -58,12 +58,13 @@ struct ModelInfo: Decodable {
     let weights_order: [String]
 }
 
+/// What the app hands over: the photo as decoded, [1,H,W,3] RGB (no crop, resize or scaling).
 struct Preprocessing: Decodable {
-    let color: String
+    let input: String
     let layout: String
     let dtype: String
-    let scale: Double
-    let resize: [Int]
+    let min_side: Int
+    let max_side: Int
 }
 
 struct PresetItem: Decodable, Hashable {

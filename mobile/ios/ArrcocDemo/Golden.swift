@@ -9,9 +9,15 @@ struct GoldenArray: Decodable {
     let bytes: Int
 }
 
-struct GoldenIndex: Decodable {
-    let samples: [String]
+/// One batch-1 run of the bundle (photos differ in size: two 16G crops and a whole non-square
+/// photo), its arrays keyed by the contract's tensor names.
+struct GoldenSample: Decodable {
+    let name: String
     let arrays: [String: GoldenArray]
+}
+
+struct GoldenIndex: Decodable {
+    let samples: [GoldenSample]
 }
 
 struct GoldenBundle {
@@ -26,14 +32,22 @@ struct GoldenBundle {
 
     var count: Int { index.samples.count }
 
-    /// Little-endian float32 array by name (iOS devices are little-endian, as golden.bin is).
-    func floats(_ name: String) throws -> [Float] {
-        guard let a = index.arrays[name], a.dtype == "float32" else { throw AppError.badContract("golden \(name)") }
+    /// Little-endian float32 array of sample `i` by name (iOS devices are little-endian, as golden.bin is).
+    func floats(_ i: Int, _ name: String) throws -> [Float] {
+        guard let a = index.samples[i].arrays[name], a.dtype == "float32" else { throw AppError.badContract("golden \(name)") }
         return data.subdata(in: a.offset..<(a.offset + a.bytes)).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
     }
 
-    func ints(_ name: String) throws -> [Int] {
-        guard let a = index.arrays[name] else { throw AppError.badContract("golden \(name)") }
+    /// Sample `i`'s uint8 [1,H,W,3] photo: (bytes, height, width).
+    func photo(_ i: Int, _ name: String) throws -> ([UInt8], Int, Int) {
+        guard let a = index.samples[i].arrays[name], a.dtype == "uint8", a.shape.count == 4 else {
+            throw AppError.badContract("golden \(name)")
+        }
+        return ([UInt8](data.subdata(in: a.offset..<(a.offset + a.bytes))), a.shape[1], a.shape[2])
+    }
+
+    func ints(_ i: Int, _ name: String) throws -> [Int] {
+        guard let a = index.samples[i].arrays[name] else { throw AppError.badContract("golden \(name)") }
         let raw = data.subdata(in: a.offset..<(a.offset + a.bytes))
         switch a.dtype {
         case "int32": return raw.withUnsafeBytes { $0.bindMemory(to: Int32.self).map { Int($0) } }
@@ -42,7 +56,7 @@ struct GoldenBundle {
         }
     }
 
-    func shape(_ name: String) -> [Int] { index.arrays[name]?.shape ?? [] }
+    func shape(_ i: Int, _ name: String) -> [Int] { index.samples[i].arrays[name]?.shape ?? [] }
 }
 
 /// Same definitions as pipeline/parity.py: abs errors, and top-K set overlap with the tie rule.

@@ -40,7 +40,7 @@ final class RelevanceModel {
         }
     }
 
-    /// One image tensor [1,3,S,S] and one query [1,D] -> outputs (batch 1).
+    /// One photo [1,H,W,3] (preprocess / photoArray) and one query [1,D] -> outputs (batch 1).
     func predict(image: MLMultiArray, query: [Float]) throws -> Prediction {
         let q = try MLMultiArray(shape: [1, NSNumber(value: query.count)], dataType: .float32)
         let qp = q.dataPointer.bindMemory(to: Float.self, capacity: query.count)
@@ -63,53 +63,65 @@ final class RelevanceModel {
         )
     }
 
-    /// Photo -> [1,3,S,S] float32 per contract.preprocessing: orientation applied, centre square
-    /// crop, resize to S x S, alpha composited on white, RGB, value * scale (no mean/std).
-    static func preprocess(_ image: UIImage, contract: Contract) throws -> MLMultiArray {
+    /// Photo -> the `image` input per contract.preprocessing: the photo as decoded, upright
+    /// (UIKit's orientation applied), at its own size, RGB with alpha dropped, [1,H,W,3]. No crop,
+    /// no resize, no scaling: the package does arr-coc-0-1's resize itself. CoreML has no uint8
+    /// input, so each byte goes in as a float16 of the same value (the artifact's image dtype).
+    static func preprocess(_ image: UIImage, contract: Contract, entry: ArtifactEntry) throws -> MLMultiArray {
         let p = contract.preprocessing
-        guard p.layout == "NCHW", p.color == "RGB", p.dtype == "float32", p.resize.count == 2 else {
-            throw AppError.badContract("unsupported preprocessing \(p.layout) \(p.color) \(p.dtype)")
+        guard p.layout == "NHWC", entry.imageInput.dtype == "float16" else {
+            throw AppError.badContract("unsupported input \(p.layout) \(entry.imageInput.dtype)")
         }
-        let side = p.resize[0]
-        let pixels = try squareRGBA(image, side: side)
-        let arr = try MLMultiArray(shape: [1, 3, NSNumber(value: side), NSNumber(value: side)], dataType: .float32)
-        let dst = arr.dataPointer.bindMemory(to: Float.self, capacity: 3 * side * side)
-        let plane = side * side
-        let scale = Float(p.scale)
-        for i in 0..<plane {
-            for c in 0..<3 { dst[c * plane + i] = Float(pixels[i * 4 + c]) * scale }
+        let (rgb, height, width) = try uprightRGB(image)
+        guard min(height, width) >= p.min_side, max(height, width) <= p.max_side else {
+            throw AppError.badContract("the photo is \(width)x\(height); the model takes \(p.min_side) to \(p.max_side) px per side")
         }
+        return try photoArray(rgb, height: height, width: width)
+    }
+
+    /// [1,H,W,3] float16 MLMultiArray holding the bytes' values exactly (float16 holds 0...2048).
+    static func photoArray(_ rgb: [UInt8], height: Int, width: Int) throws -> MLMultiArray {
+        let shape = [1, height, width, 3].map { NSNumber(value: $0) }
+        let arr = try MLMultiArray(shape: shape, dataType: .float16)
+        let dst = arr.dataPointer.bindMemory(to: Float16.self, capacity: rgb.count)
+        for i in 0..<rgb.count { dst[i] = Float16(rgb[i]) }
         return arr
     }
 
-    /// Draws the photo (UIKit applies its orientation) centre-cropped to a side x side RGBA
-    /// buffer on a white background, so transparency is composited on white.
-    static func squareRGBA(_ image: UIImage, side: Int) throws -> [UInt8] {
-        let w = image.size.width, h = image.size.height
-        guard w > 0, h > 0 else { throw AppError.badImage }
-        let crop = min(w, h)
+    /// The photo's pixels upright, as stored: drawn at scale 1 into a context of its own pixel size
+    /// and its own colour space (no colour conversion, as PIL does none), then un-premultiplied so
+    /// that RGB is the stored colour (exact for opaque pixels; a fully transparent pixel's colour
+    /// is lost by CoreGraphics' premultiplication and comes back black).
+    static func uprightRGB(_ image: UIImage) throws -> ([UInt8], Int, Int) {
+        guard let source = image.cgImage else { throw AppError.badImage }
+        let turned = [.left, .right, .leftMirrored, .rightMirrored].contains(image.imageOrientation)
+        let width = turned ? source.height : source.width, height = turned ? source.width : source.height
         let format = UIGraphicsImageRendererFormat()
         format.scale = 1
-        format.opaque = true
-        let scale = CGFloat(side) / crop
-        let rendered = UIGraphicsImageRenderer(size: CGSize(width: side, height: side), format: format).image { ctx in
-            UIColor.white.setFill()
-            ctx.fill(CGRect(x: 0, y: 0, width: side, height: side))
-            ctx.cgContext.interpolationQuality = .high
-            image.draw(in: CGRect(x: -(w - crop) / 2 * scale, y: -(h - crop) / 2 * scale, width: w * scale, height: h * scale))
-        }
-        guard let cg = rendered.cgImage else { throw AppError.badImage }
-        var buffer = [UInt8](repeating: 0, count: side * side * 4)
-        let space = CGColorSpace(name: CGColorSpace.sRGB)!
-        let ok = buffer.withUnsafeMutableBytes { raw -> Bool in
-            guard let bctx = CGContext(data: raw.baseAddress, width: side, height: side, bitsPerComponent: 8,
-                                       bytesPerRow: side * 4, space: space,
-                                       bitmapInfo: CGImageAlphaInfo.noneSkipLast.rawValue) else { return false }
-            bctx.draw(cg, in: CGRect(x: 0, y: 0, width: side, height: side))
+        let upright = image.imageOrientation == .up ? source : UIGraphicsImageRenderer(
+            size: CGSize(width: width, height: height), format: format).image { _ in
+                image.draw(in: CGRect(x: 0, y: 0, width: width, height: height))  // orientation only: no scaling
+            }.cgImage
+        guard let cg = upright else { throw AppError.badImage }
+        var rgba = [UInt8](repeating: 0, count: width * height * 4)
+        let space = cg.colorSpace ?? CGColorSpace(name: CGColorSpace.sRGB)!
+        let ok = rgba.withUnsafeMutableBytes { raw -> Bool in
+            guard let ctx = CGContext(data: raw.baseAddress, width: width, height: height, bitsPerComponent: 8,
+                                      bytesPerRow: width * 4, space: space,
+                                      bitmapInfo: CGImageAlphaInfo.premultipliedLast.rawValue) else { return false }
+            ctx.draw(cg, in: CGRect(x: 0, y: 0, width: width, height: height))
             return true
         }
         guard ok else { throw AppError.badImage }
-        return buffer
+        var rgb = [UInt8](repeating: 0, count: width * height * 3)
+        for i in 0..<(width * height) {
+            let a = Int(rgba[i * 4 + 3])
+            for c in 0..<3 {
+                let v = Int(rgba[i * 4 + c])
+                rgb[i * 3 + c] = UInt8(a == 255 || a == 0 ? v : min(255, (v * 255 + a / 2) / a))
+            }
+        }
+        return (rgb, height, width)
     }
 }
 

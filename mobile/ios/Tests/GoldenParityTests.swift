@@ -19,15 +19,10 @@ final class GoldenParityTests: XCTestCase {
             // golden.bin's arrays are keyed by the tensor names the contract lists
             let expected = try goldenPredictions(golden, contract: contract, entry: entry)
             var got: [Prediction] = []
-            let images = try golden.floats(entry.imageInput.name), queries = try golden.floats(entry.queryInput.name)
-            let imageShape = golden.shape(entry.imageInput.name), d = contract.model.query_dim
-            let one = [1] + Array(imageShape.dropFirst())   // [1, 3, S, S]
-            let per = one.reduce(1, *)
-            for i in 0..<golden.count {
-                let img = try MLMultiArray(shape: one.map { NSNumber(value: $0) }, dataType: .float32)
-                let p = img.dataPointer.bindMemory(to: Float.self, capacity: per)
-                for j in 0..<per { p[j] = images[i * per + j] }
-                got.append(try model.predict(image: img, query: Array(queries[(i * d)..<((i + 1) * d)])))
+            for i in 0..<golden.count {  // each sample one photo at its own size (a whole non-square one too)
+                let (rgb, height, width) = try golden.photo(i, entry.imageInput.name)
+                let img = try RelevanceModel.photoArray(rgb, height: height, width: width)
+                got.append(try model.predict(image: img, query: try golden.floats(i, entry.queryInput.name)))
             }
             var parity = Parity.measure(expected: expected, got: got, tie: entry.gate.tie_tolerance)
             parity.metrics["size_bytes"] = Double(entry.bytes)
@@ -45,12 +40,9 @@ final class GoldenParityTests: XCTestCase {
     }
 
     private func goldenPredictions(_ golden: GoldenBundle, contract: Contract, entry: ArtifactEntry) throws -> [Prediction] {
-        let rel = try golden.floats(entry.relevanceOutput.name), idx = try golden.ints(entry.topkOutput.name)
-        let w = try golden.floats(entry.weightsOutput.name)
-        let n = contract.model.num_patches, k = contract.model.top_k, m = contract.model.weights_order.count
-        return (0..<golden.count).map { i in
-            Prediction(relevance: Array(rel[(i * n)..<((i + 1) * n)]), topk: Array(idx[(i * k)..<((i + 1) * k)]),
-                       weights: Array(w[(i * m)..<((i + 1) * m)]))
+        try (0..<golden.count).map { i in
+            Prediction(relevance: try golden.floats(i, entry.relevanceOutput.name),
+                       topk: try golden.ints(i, entry.topkOutput.name), weights: try golden.floats(i, entry.weightsOutput.name))
         }
     }
 }

@@ -12,11 +12,15 @@ import java.io.File
 import java.io.InputStream
 import java.security.MessageDigest
 
-/** One tensor of an artifact's I/O table. `shape` holds null for the dynamic batch dimension. */
+/** One tensor of an artifact's I/O table. `shape` holds null for a dynamic dimension (the batch;
+ *  for `image` also the photo's height and width). */
 data class TensorSpec(val name: String, val dtype: String, val shape: List<Int?>) {
-    /** The shape with the dynamic dimension set to [batch]. */
-    fun shapeFor(batch: Int): LongArray = shape.map { (it ?: batch).toLong() }.toLongArray()
-    val numelPerSample: Int get() = shape.filterNotNull().fold(1) { a, b -> a * b }
+    /** The shape with the dynamic dimensions set, in order, to [dims] (batch first). */
+    fun shapeFor(vararg dims: Int): LongArray {
+        var next = 0
+        return shape.map { (it ?: dims[next++]).toLong() }.toLongArray()
+    }
+    val numelPerSample: Int get() = shape.drop(1).filterNotNull().fold(1) { a, b -> a * b }
 }
 
 /** Limits as pipeline/parity.py's Gate: metric <= max[name], metric >= min[name]. */
@@ -52,13 +56,14 @@ data class ModelInfo(
     val weightsOrder: List<String>,
 )
 
+/** What the app hands over: the photo as decoded (uint8 [1,H,W,3]); no crop, resize or scaling. */
 data class Preprocessing(
-    val color: String,
+    val input: String,
     val alpha: String,
     val layout: String,
     val dtype: String,
-    val scale: Float,
-    val resize: List<Int>,
+    val minSide: Int,
+    val maxSide: Int,
 )
 
 class Preset(val text: String, val embedding: FloatArray)
@@ -139,12 +144,12 @@ class Contract(
             )
             val p = o.getJSONObject("preprocessing")
             val pre = Preprocessing(
-                color = p.getString("color"),
+                input = p.getString("input"),
                 alpha = p.getString("alpha"),
                 layout = p.getString("layout"),
                 dtype = p.getString("dtype"),
-                scale = p.getDouble("scale").toFloat(),
-                resize = p.getJSONArray("resize").ints(),
+                minSide = p.getInt("min_side"),
+                maxSide = p.getInt("max_side"),
             )
             val arts = o.getJSONObject("artifacts")
             val artifacts = arts.keys().asSequence().sorted().associateWith { key -> artifact(key, arts.getJSONObject(key)) }
@@ -195,13 +200,12 @@ class Contract(
         private fun tensors(list: JSONArray): List<TensorSpec> = (0 until list.length()).map { i ->
             val t = list.getJSONObject(i)
             val shape = t.getJSONArray("shape")
-            // a number is a fixed size; a string names the dynamic batch dimension
+            // a number is a fixed size; a string names a dynamic dimension (batch, height, width)
             TensorSpec(t.getString("name"), t.getString("dtype"),
                 (0 until shape.length()).map { j -> shape.get(j) as? Int })
         }
 
         private fun JSONArray.strings() = (0 until length()).map { getString(it) }
-        private fun JSONArray.ints() = (0 until length()).map { getInt(it) }
         private fun JSONArray.floats() = FloatArray(length()) { getDouble(it).toFloat() }
         private fun JSONObject.doubles(): Map<String, Double> =
             keys().asSequence().associateWith { getDouble(it) }

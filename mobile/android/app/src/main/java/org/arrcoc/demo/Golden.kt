@@ -9,38 +9,52 @@ import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import kotlin.math.abs
 
+/** golden.json lists samples, each one batch-1 run with its own arrays (photos differ in size:
+ *  two 16G crops and a whole non-square photo), keyed by the contract's tensor names. */
 class GoldenBundle(context: Context, contract: Contract) {
-    private val arrays: JSONObject
+    private val samples: List<JSONObject>
     private val data: ByteBuffer
     val count: Int
 
     init {
         val index = JSONObject(contract.openAsset(context, contract.golden.json).bufferedReader().use { it.readText() })
-        arrays = index.getJSONObject("arrays")
-        count = index.getJSONArray("samples").length()
+        val list = index.getJSONArray("samples")
+        samples = (0 until list.length()).map { list.getJSONObject(it).getJSONObject("arrays") }
+        count = samples.size
         val bytes = contract.openAsset(context, contract.golden.bin).use { it.readBytes() }
         data = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN) // golden.bin is little-endian
     }
 
-    private fun array(name: String): Triple<String, Int, Int> {
-        if (!arrays.has(name)) throw ContractException("golden bundle has no array '$name'")
+    private fun array(sample: Int, name: String): Triple<String, Int, Int> {
+        val arrays = samples[sample]
+        if (!arrays.has(name)) throw ContractException("golden sample $sample has no array '$name'")
         val a = arrays.getJSONObject(name)
         return Triple(a.getString("dtype"), a.getInt("offset"), a.getInt("bytes"))
     }
 
-    fun shape(name: String): List<Int> {
-        val s = arrays.getJSONObject(name).getJSONArray("shape")
+    fun shape(sample: Int, name: String): List<Int> {
+        val s = samples[sample].getJSONObject(name).getJSONArray("shape")
         return (0 until s.length()).map { s.getInt(it) }
     }
 
-    fun floats(name: String): FloatArray {
-        val (dtype, offset, bytes) = array(name)
+    /** A uint8 [1,H,W,3] photo of the bundle, as the model takes it. */
+    fun photo(sample: Int, name: String): Photo {
+        val (dtype, offset, bytes) = array(sample, name)
+        if (dtype != "uint8") throw ContractException("golden $name is $dtype, expected uint8")
+        val shape = shape(sample, name)
+        val rgb = ByteArray(bytes)
+        data.duplicate().apply { position(offset) }.get(rgb)
+        return Photo(rgb, shape[1], shape[2])
+    }
+
+    fun floats(sample: Int, name: String): FloatArray {
+        val (dtype, offset, bytes) = array(sample, name)
         if (dtype != "float32") throw ContractException("golden $name is $dtype, expected float32")
         return FloatArray(bytes / 4) { data.getFloat(offset + 4 * it) }
     }
 
-    fun ints(name: String): IntArray {
-        val (dtype, offset, bytes) = array(name)
+    fun ints(sample: Int, name: String): IntArray {
+        val (dtype, offset, bytes) = array(sample, name)
         return when (dtype) {
             "int64" -> IntArray(bytes / 8) { data.getLong(offset + 8 * it).toInt() }
             "int32" -> IntArray(bytes / 4) { data.getInt(offset + 4 * it) }
@@ -122,23 +136,13 @@ object GoldenCheck {
         val golden = GoldenBundle(context, contract)
         return contract.artifacts.values.map { entry ->
             RelevanceModel.open(context, contract, entry.key).use { model ->
-                // golden.bin's arrays are keyed by the tensor names the contract lists
-                val images = golden.floats(entry.imageInput.name)
-                val queries = golden.floats(entry.queryInput.name)
-                val rel = golden.floats(entry.relevanceOutput.name)
-                val idx = golden.ints(entry.topkOutput.name)
-                val w = golden.floats(entry.weightsOutput.name)
-                val per = entry.imageInput.numelPerSample
-                val d = entry.queryInput.numelPerSample
-                val n = entry.relevanceOutput.numelPerSample
-                val k = entry.topkOutput.numelPerSample
-                val m = entry.weightsOutput.numelPerSample
+                // each sample's arrays are keyed by the tensor names the contract lists
                 val expected = ArrayList<Prediction>()
                 val got = ArrayList<Prediction>()
                 for (i in 0 until golden.count) {
-                    expected.add(Prediction(rel.copyOfRange(i * n, (i + 1) * n), idx.copyOfRange(i * k, (i + 1) * k),
-                        w.copyOfRange(i * m, (i + 1) * m)))
-                    got.add(model.predict(images.copyOfRange(i * per, (i + 1) * per), queries.copyOfRange(i * d, (i + 1) * d)))
+                    expected.add(Prediction(golden.floats(i, entry.relevanceOutput.name),
+                        golden.ints(i, entry.topkOutput.name), golden.floats(i, entry.weightsOutput.name)))
+                    got.add(model.predict(golden.photo(i, entry.imageInput.name), golden.floats(i, entry.queryInput.name)))
                 }
                 val metrics = Parity.measure(expected, got, entry.gate.tieTolerance)
                 metrics["size_bytes"] = entry.bytes.toDouble()

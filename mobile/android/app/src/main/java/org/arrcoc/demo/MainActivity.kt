@@ -28,7 +28,8 @@ class MainActivity : ComponentActivity() {
     private val worker = Executors.newSingleThreadExecutor()
     private var contract: Contract? = null
     private var model: RelevanceModel? = null // touched on the worker thread only
-    private var square: Bitmap? = null
+    private var shown: Bitmap? = null  // the photo as displayed (premultiplied, drawable)
+    private var photo: Photo? = null  // the photo as the model takes it
     private var artifactKey: String? = null
     private var presetIndex = 0
 
@@ -118,9 +119,9 @@ class MainActivity : ComponentActivity() {
         status.text = "Reading photo…"
         worker.execute {
             try {
-                val upright = Preprocess.decodeUpright(open, c.preprocessing.resize.max())
-                val sq = Preprocess.squareOnWhite(upright, c.preprocessing)
-                runOnUiThread { square = sq; infer() }
+                val input = Preprocess.toPhoto(Preprocess.decodeUpright(open, premultiplied = false), c.preprocessing)
+                val display = Preprocess.decodeUpright(open, premultiplied = true)
+                runOnUiThread { shown = display; photo = input; infer() }
             } catch (e: Exception) {
                 runOnUiThread { status.text = "Could not read that image: ${e.message}" }
             }
@@ -130,19 +131,19 @@ class MainActivity : ComponentActivity() {
     /** Preprocess the current photo, run the chosen model with the chosen preset query, draw. */
     private fun infer() {
         val c = contract ?: return
-        val sq = square ?: return
+        val input = photo ?: return
+        val display = shown ?: return
         val key = artifactKey ?: return
         val preset = c.presets.items.getOrNull(presetIndex) ?: return
         status.text = "Running $key…"
         worker.execute {
             try {
                 val m = model ?: RelevanceModel.open(this, c, key).also { model = it }
-                val input = Preprocess.toTensor(sq, c.preprocessing)
                 val start = System.nanoTime()
                 val p = m.predict(input, preset.embedding)
                 val ms = (System.nanoTime() - start) / 1e6
                 runOnUiThread {
-                    heatmap.show(sq, p, c.model.grid)
+                    heatmap.show(display, p, c.model.grid)
                     weights.text = c.model.weightsOrder.zip(p.weights.toList())
                         .joinToString("   ") { (n, w) -> String.format(Locale.US, "%s %.2f", n, w) }
                     status.text = String.format(Locale.US, "%s: %.1f ms (ExecuTorch, %s); red = relevance, yellow = top-%d",
@@ -173,7 +174,8 @@ class MainActivity : ComponentActivity() {
     }
 }
 
-/** The model-resolution photo, a red overlay with alpha = relevance, and the top-K patches outlined. */
+/** The whole photo at its own aspect, a red overlay with alpha = relevance, and the top-K cells
+ *  outlined. The grid covers the whole photo: a cell is (photo width / grid) x (photo height / grid). */
 class HeatmapView(context: Context) : View(context) {
     private var bitmap: Bitmap? = null
     private var prediction: Prediction? = null
@@ -191,24 +193,27 @@ class HeatmapView(context: Context) : View(context) {
 
     override fun onDraw(canvas: Canvas) {
         val b = bitmap ?: return
-        val side = minOf(width, height).toFloat()
-        val left = (width - side) / 2
-        val top = (height - side) / 2
-        canvas.drawBitmap(b, null, RectF(left, top, left + side, top + side), photoPaint)
+        val fit = minOf(width.toFloat() / b.width, height.toFloat() / b.height)
+        val w = b.width * fit
+        val h = b.height * fit
+        val left = (width - w) / 2
+        val top = (height - h) / 2
+        canvas.drawBitmap(b, null, RectF(left, top, left + w, top + h), photoPaint)
         val p = prediction ?: return
-        val cell = side / grid
-        // relevance[r * grid + c] scores the patch at row r, column c (contract: model.patch_index)
+        val cw = w / grid
+        val ch = h / grid
+        // relevance[r * grid + c] scores the cell at row r, column c (contract: model.patch_index)
         for (i in p.relevance.indices) {
             val r = i / grid
             val c = i % grid
             fill.color = Color.argb((p.relevance[i].coerceIn(0f, 1f) * 150).toInt(), 255, 0, 0)
-            canvas.drawRect(left + c * cell, top + r * cell, left + (c + 1) * cell, top + (r + 1) * cell, fill)
+            canvas.drawRect(left + c * cw, top + r * ch, left + (c + 1) * cw, top + (r + 1) * ch, fill)
         }
         for (i in p.topk) {
             if (i < 0 || i >= grid * grid) continue
             val r = i / grid
             val c = i % grid
-            canvas.drawRect(left + c * cell + 1, top + r * cell + 1, left + (c + 1) * cell - 1, top + (r + 1) * cell - 1, outline)
+            canvas.drawRect(left + c * cw + 1, top + r * ch + 1, left + (c + 1) * cw - 1, top + (r + 1) * ch - 1, outline)
         }
     }
 }

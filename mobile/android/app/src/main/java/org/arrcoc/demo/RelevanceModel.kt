@@ -1,17 +1,13 @@
 // The relevance model in the ExecuTorch Android runtime (org.pytorch:executorch-android), and the
-// photo -> `image` tensor preprocessing that contract.json describes (the same steps as
-// pipeline.golden.load_image_file: EXIF orientation, centre square crop, resize, alpha on white,
-// RGB, x * scale, NCHW float32).
+// photo -> `image` tensor step that contract.json describes: the photo as decoded, EXIF orientation
+// applied, alpha dropped, uint8 [1,H,W,3] RGB at its own size (pipeline.golden.load_photo). No crop,
+// no resize, no float conversion: the .pte does arr-coc-0-1's resize to 16G itself.
 package org.arrcoc.demo
 
 import android.content.Context
 import android.graphics.Bitmap
 import android.graphics.BitmapFactory
-import android.graphics.Canvas
-import android.graphics.Color
 import android.graphics.Matrix
-import android.graphics.Paint
-import android.graphics.Rect
 import androidx.exifinterface.media.ExifInterface
 import org.pytorch.executorch.EValue
 import org.pytorch.executorch.Module
@@ -21,16 +17,20 @@ import java.io.InputStream
 /** One sample's outputs: relevance [num_patches], top-K patch indices [top_k], weights [3]. */
 class Prediction(val relevance: FloatArray, val topk: IntArray, val weights: FloatArray)
 
+/** The photo as the model takes it: [height * width * 3] bytes, RGB, rows top to bottom. */
+class Photo(val rgb: ByteArray, val height: Int, val width: Int)
+
 class RelevanceModel private constructor(val entry: ArtifactEntry, private val module: Module) : AutoCloseable {
 
-    /** Runs one sample: `image` is [3 * S * S] (NCHW, batch 1), `query` is [query_dim]. */
-    fun predict(image: FloatArray, query: FloatArray): Prediction {
+    /** Runs one photo (batch 1, its own size) with `query` [query_dim]. */
+    fun predict(photo: Photo, query: FloatArray): Prediction {
         val imageSpec = entry.imageInput
         val querySpec = entry.queryInput
-        require(image.size == imageSpec.numelPerSample) { "image has ${image.size} values, ${imageSpec.name} takes ${imageSpec.numelPerSample}" }
+        require(photo.rgb.size == photo.height * photo.width * 3) { "photo has ${photo.rgb.size} bytes, not ${photo.height} x ${photo.width} x 3" }
         require(query.size == querySpec.numelPerSample) { "query has ${query.size} values, ${querySpec.name} takes ${querySpec.numelPerSample}" }
         val out = module.forward(
-            EValue.from(Tensor.fromBlob(image, imageSpec.shapeFor(1))),
+            // uint8 [1, H, W, 3]: the batch, then the photo's own height and width
+            EValue.from(Tensor.fromBlobUnsigned(photo.rgb, imageSpec.shapeFor(1, photo.height, photo.width))),
             EValue.from(Tensor.fromBlob(query, querySpec.shapeFor(1))),
         )
         if (out.size != entry.outputs.size) {
@@ -51,7 +51,10 @@ class RelevanceModel private constructor(val entry: ArtifactEntry, private val m
         /** Loads the artifact `key` of the contract (copied out of the APK, checked by sha256). */
         fun open(context: Context, contract: Contract, key: String): RelevanceModel {
             val entry = contract.artifacts[key] ?: throw ContractException("no artifact '$key' in contract.json")
-            val floats = listOf(entry.imageInput, entry.queryInput, entry.relevanceOutput, entry.weightsOutput)
+            if (entry.imageInput.dtype != "uint8") {
+                throw ContractException("${entry.imageInput.name} is ${entry.imageInput.dtype}; the app hands over uint8 photos")
+            }
+            val floats = listOf(entry.queryInput, entry.relevanceOutput, entry.weightsOutput)
             floats.firstOrNull { it.dtype != "float32" }?.let {
                 throw ContractException("${it.name} is ${it.dtype}; the app feeds and reads float32")
             }
@@ -63,19 +66,16 @@ class RelevanceModel private constructor(val entry: ArtifactEntry, private val m
 
 object Preprocess {
     /**
-     * Decodes a photo upright (EXIF orientation applied), subsampled while decoding so that its
-     * shorter edge stays at least `size` pixels. `open` must return a fresh stream on each call.
+     * Decodes a photo upright (EXIF orientation applied) at its full size. `premultiplied = false`
+     * keeps the colour of transparent pixels as stored (the model's input: alpha dropped, as PIL's
+     * convert("RGB") does); such a bitmap cannot be drawn, so the view decodes its own premultiplied
+     * copy. `open` must return a fresh stream on each call.
      */
-    fun decodeUpright(open: () -> InputStream, size: Int): Bitmap {
-        val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
-        open().use { BitmapFactory.decodeStream(it, null, bounds) }
-        if (bounds.outWidth <= 0 || bounds.outHeight <= 0) throw IllegalArgumentException("not an image")
-        var sample = 1
-        while (minOf(bounds.outWidth, bounds.outHeight) / (sample * 2) >= size) sample *= 2
+    fun decodeUpright(open: () -> InputStream, premultiplied: Boolean): Bitmap {
         val bitmap = open().use {
             BitmapFactory.decodeStream(it, null, BitmapFactory.Options().apply {
-                inSampleSize = sample
                 inPreferredConfig = Bitmap.Config.ARGB_8888
+                inPremultiplied = premultiplied
             })
         } ?: throw IllegalArgumentException("not an image")
         val orientation = open().use {
@@ -92,41 +92,33 @@ object Preprocess {
             ExifInterface.ORIENTATION_ROTATE_270 -> m.postRotate(270f)
             else -> return bitmap
         }
-        return Bitmap.createBitmap(bitmap, 0, 0, bitmap.width, bitmap.height, m, true)
+        // a rotation or flip by a multiple of 90 degrees moves pixels without resampling them
+        return Bitmap.createBitmap(bitmap, 0, 0, bitmap.width, bitmap.height, m, false)
     }
 
-    /** Centre square crop (side = shorter edge), resized to the contract's size, composited on white. */
-    fun squareOnWhite(src: Bitmap, pre: Preprocessing): Bitmap {
-        val w = pre.resize[1]
-        val h = pre.resize[0]
-        val side = minOf(src.width, src.height)
-        val left = (src.width - side) / 2
-        val top = (src.height - side) / 2
-        val out = Bitmap.createBitmap(w, h, Bitmap.Config.ARGB_8888)
-        val canvas = Canvas(out)
-        canvas.drawColor(Color.WHITE) // alpha composited on white
-        canvas.drawBitmap(src, Rect(left, top, left + side, top + side), Rect(0, 0, w, h),
-            Paint(Paint.FILTER_BITMAP_FLAG or Paint.ANTI_ALIAS_FLAG))
-        return out
-    }
-
-    /** RGB, x * scale, NCHW float32: the `image` tensor of one sample. */
-    fun toTensor(square: Bitmap, pre: Preprocessing): FloatArray {
-        if (pre.color != "RGB" || pre.layout != "NCHW" || pre.dtype != "float32") {
-            throw ContractException("preprocessing ${pre.color}/${pre.layout}/${pre.dtype} is not what this app implements")
+    /** The photo's RGB bytes, HWC, alpha dropped: the `image` tensor of one sample. */
+    fun toPhoto(bitmap: Bitmap, pre: Preprocessing): Photo {
+        if (pre.layout != "NHWC" || !pre.dtype.startsWith("uint8")) {
+            throw ContractException("preprocessing ${pre.layout}/${pre.dtype} is not what this app implements")
         }
-        val w = square.width
-        val h = square.height
-        val pixels = IntArray(w * h)
-        square.getPixels(pixels, 0, w, 0, 0, w, h)
-        val plane = w * h
-        val out = FloatArray(3 * plane)
-        for (i in 0 until plane) {
-            val p = pixels[i]
-            out[i] = ((p shr 16) and 0xFF) * pre.scale
-            out[plane + i] = ((p shr 8) and 0xFF) * pre.scale
-            out[2 * plane + i] = (p and 0xFF) * pre.scale
+        val w = bitmap.width
+        val h = bitmap.height
+        if (minOf(w, h) < pre.minSide || maxOf(w, h) > pre.maxSide) {
+            throw IllegalArgumentException("the photo is ${w}x$h; the model takes ${pre.minSide} to ${pre.maxSide} pixels per side")
         }
-        return out
+        val rgb = ByteArray(w * h * 3)
+        val row = IntArray(w)
+        for (y in 0 until h) {
+            // getPixels returns non-premultiplied ARGB ints: R, G and B are the stored colour
+            bitmap.getPixels(row, 0, w, 0, y, w, 1)
+            for (x in 0 until w) {
+                val p = row[x]
+                val o = (y * w + x) * 3
+                rgb[o] = (p shr 16).toByte()
+                rgb[o + 1] = (p shr 8).toByte()
+                rgb[o + 2] = p.toByte()
+            }
+        }
+        return Photo(rgb, h, w)
     }
 }
