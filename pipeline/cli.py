@@ -95,6 +95,8 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
         return BuildInterrupted.exit_code
     except Exception as exc:  # noqa: BLE001 - the promise is one line, whatever went wrong
+        if _interrupted(exc):
+            return guarded(lambda: _reraise(KeyboardInterrupt("SIGINT")), verbose, name)
         if verbose:
             traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:200]
@@ -103,6 +105,22 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """A Ctrl-C that landed inside a C extension's module import comes back as another error
+    ("ImportError: initialization failed") chained to the KeyboardInterrupt: still an interrupt."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _reraise(exc: BaseException):
+    raise exc
 
 
 # Tests: the file this names is created once a task's handlers are in place, so an interrupt test

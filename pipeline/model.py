@@ -52,8 +52,8 @@ MIN_SIDE, MAX_SIDE = 16, 8192
 class ModelConfig:
     """Everything that shapes the network. Stored in checkpoint metadata.
 
-    The one place a config is validated: every field a positive integer, the input exactly
-    CELL * grid pixels square (what the reference's resize produces), 1 <= top_k <= grid**2.
+    The one place a config is validated: every field a positive integer, image_size exactly
+    CELL * grid (the size the reference resizes every photo to), 1 <= top_k <= grid**2.
     """
 
     image_size: int = 224

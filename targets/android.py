@@ -102,7 +102,7 @@ class AndroidTarget(Target):
             artifacts[report.variant.name] = {**artifact_entry(report), "path": staged}
         primary = upstream.primary
         default = primary.variant.name
-        budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg)
+        budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg, ctx.golden.heldout)
         # The bundle records the default .pte's parity gate and the numbers the executorch stage
         # measured on the very same bytes (sha256 in contract.json), where that gate was held;
         # this stage itself holds the bundle's size (no Android runtime here).
@@ -116,6 +116,7 @@ class AndroidTarget(Target):
                                         fallback_split=ctx.golden.heldout)
         data["app"] = {
             "platform": "android", "default_artifact": default, "sample_image": mobile_contract.SAMPLE_IMAGE,
+            "sample_golden": mobile_contract.SAMPLE_GOLDEN,
             "assets_folder": APP_ASSETS.relative_to(APP_DIR).as_posix(),
             "runtime_maven": f"{ANDROID_RUNTIME}:{executorch_version()}",
             "executorch_stage": {"status": upstream.status, "reason": upstream.reason},

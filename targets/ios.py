@@ -107,7 +107,7 @@ class IosTarget(Target):
         primary = upstream.primary.variant
         default = DEFAULT_VARIANT if DEFAULT_VARIANT in artifacts else primary.name
         chosen = next(r for r in upstream.variants if r.variant.name == default)
-        budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg)
+        budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg, ctx.golden.heldout)
         # The bundle records the default package's parity gate and the numbers the coreml stage
         # measured on the very same bytes (tree sha256 in contract.json), where that gate was held;
         # this stage itself holds the bundle's size (no iOS runtime here).
@@ -119,6 +119,7 @@ class IosTarget(Target):
         data["artifacts"] = artifacts
         data["app"] = {
             "platform": "ios", "default_artifact": default, "sample_image": SAMPLE_IMAGE,
+            "sample_golden": mobile_contract.SAMPLE_GOLDEN,
             "resources_folder": "Resources",
             "coreml_stage": {"status": upstream.status, "reason": upstream.reason},
         }

@@ -21,8 +21,9 @@ API:
       bytes, sha256); raises ExportError on any mismatch, returns the checks that passed.
 
 App-bundle helpers shared by targets/ios.py and targets/android.py:
-  bundle_allowance(cfg) -> int         bytes for the golden bundle, sample photo and contract
-  write_sample(ctx, folder) -> Path    the whole 451 x 300 golden photo as SAMPLE_IMAGE (its own size)
+  bundle_allowance(cfg, split) -> int  bytes for the golden bundle, sample photo and contract
+  write_sample(ctx, folder) -> Path    the golden whole photo SAMPLE_GOLDEN (451 x 300) as SAMPLE_IMAGE,
+                                       lossless, at its own size
   copy_to_app(staging, dest)           replace the app's resource folder with the staged bundle
 """
 from __future__ import annotations
@@ -33,11 +34,15 @@ import shutil
 from pathlib import Path
 
 from pipeline.errors import ExportError
+from pipeline.golden import BUNDLE_WHOLE, bundle_samples
 from pipeline.model import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
 
 CONTRACT_VERSION = 1
 CONTRACT_FILE = "contract.json"
 SAMPLE_IMAGE = "sample.png"
+# The golden sample SAMPLE_IMAGE holds (a lossless PNG of it): the apps' on-device tests decode the
+# PNG with the app's own code and compare the bytes with this sample's image in the golden bundle.
+SAMPLE_GOLDEN = BUNDLE_WHOLE
 GOLDEN_FILES = {"json": "golden.json", "bin": "golden.bin"}  # names pipeline.golden.write_bundle writes
 
 # Preset queries the sample apps offer (the user picks one; phones carry no text encoder).
@@ -184,17 +189,17 @@ def check_files(data: dict, folder: Path) -> list[str]:
     return [f"contract.json matches {len(checked)} artifact file(s) by name, bytes and sha256"]
 
 
-# The whole photo the bundles and the sample button carry (pipeline.golden.BUNDLE_WHOLE: 451 x 300).
-WHOLE_SAMPLE_BYTES = 451 * 300 * 3
-
-
-def bundle_allowance(cfg, crops: int = 2) -> int:
-    """Bytes for the golden bundle (uint8 photos: `crops` 16G crops and the whole 451 x 300 photo;
-    float32 queries and outputs, int64 indices), the sample photo (PNG, at most its raw bytes) and
-    the contract."""
-    outputs = 4 * (cfg.query_dim + cfg.num_patches + 3) + 8 * cfg.top_k
-    photos = crops * 3 * cfg.image_size ** 2 + WHOLE_SAMPLE_BYTES
-    return photos + (crops + 1) * outputs + WHOLE_SAMPLE_BYTES + 256 * 1024
+def bundle_allowance(cfg, split, crops: int = 2) -> int:
+    """Bytes for what the app carries besides its models, computed from the golden split the bundle
+    is written from (pipeline.golden.bundle_samples): the uint8 photos as stored ([1,H,W,3], 1 byte
+    a value: 2 crops of 16G x 16G and the whole 451 x 300 photo), each sample's float32 query,
+    relevance and weights and int64 indices; the sample photo (lossless PNG of the whole photo, at
+    most its raw bytes plus PNG framing); and 256 KB for golden.json and contract.json."""
+    chosen = bundle_samples(split, crops)
+    photos = sum(int(split.images[i].nbytes) for i in chosen)
+    outputs = len(chosen) * (4 * (cfg.query_dim + cfg.num_patches + 3) + 8 * cfg.top_k)
+    sample_png = int(split.images[split.names.index(SAMPLE_GOLDEN)].nbytes) + 64 * 1024
+    return photos + outputs + sample_png + 256 * 1024
 
 
 def write_sample(ctx, folder: Path) -> Path:
@@ -202,11 +207,9 @@ def write_sample(ctx, folder: Path) -> Path:
     size, lossless, for the apps' 'bundled sample' button: what a user's photo looks like to them."""
     from PIL import Image
 
-    from pipeline.golden import BUNDLE_WHOLE
-
     heldout = ctx.golden.heldout
     path = Path(folder) / SAMPLE_IMAGE
-    Image.fromarray(heldout.images[heldout.names.index(BUNDLE_WHOLE)]).save(path, optimize=True)
+    Image.fromarray(heldout.images[heldout.names.index(SAMPLE_GOLDEN)]).save(path, optimize=True)
     return path
 
 

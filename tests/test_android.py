@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from mobile_build import ANDROID, exif_upright_reference, reindex
+from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
 pytestmark = pytest.mark.slow
 
-ANDROID = Path(__file__).resolve().parent.parent / "mobile" / "android"
 KOTLIN_MAIN = sorted((ANDROID / "app" / "src" / "main").rglob("*.kt"))
 KOTLIN_ALL = sorted(ANDROID.rglob("*.kt"))
 # org.json reads: o.getString("key"), o.getJSONObject("key"), o.optInt("key"), o.isNull("key"), o.has("key")
@@ -134,20 +135,95 @@ def test_golden_bundle_is_keyed_by_the_contract_tensor_names(built, contract, go
     assert any(h != w for _, h, w, _ in shapes), "the self-check includes a whole non-square photo"
 
 
-def test_apps_hand_over_the_photo_as_decoded(contract):
-    """No crop, no resample, no float scaling left in either app: the artifact does the resize.
-    Android hands ExecuTorch uint8 [1,H,W,3]; iOS float16 [1,H,W,3] (CoreML has no uint8 input)."""
-    assert contract["preprocessing"]["crop"] is None and contract["preprocessing"]["resize"] is None
-    image = contract["artifacts"][contract["app"]["default_artifact"]]["inputs"][0]
-    assert image["dtype"] == "uint8" and image["shape"] == ["batch", "height", "width", 3]
-    kotlin = "".join(p.read_text() for p in KOTLIN_ALL)
-    swift = "".join(p.read_text() for p in (ANDROID.parent / "ios").rglob("*.swift"))
-    for banned in ("createScaledBitmap", "squareOnWhite", "inSampleSize", "Rect(left, top, left + side"):
-        assert banned not in kotlin, banned
-    for banned in ("squareRGBA", "scaledToFill", "resize[", "interpolationQuality"):
-        assert banned not in swift, banned
-    assert "Tensor.fromBlobUnsigned(photo.rgb, imageSpec.shapeFor(1, photo.height, photo.width))" in kotlin
-    assert "dataType: .float16" in swift and "[1, height, width, 3]" in swift
+KOTLIN_MODEL_PATH = ("RelevanceModel.kt", "Golden.kt", "Contract.kt")  # everything between a photo and the .pte
+# Anything that crops, scales, resamples or converts the photo to floats itself
+RESAMPLING_KOTLIN = ("createScaledBitmap", "createBitmap", "inSampleSize", "inDensity", "inTargetDensity", "Matrix",
+                     "Canvas", "drawBitmap", "extractThumbnail", "getPixels", "255f", "/ 255", "fromBlob(photo", "Rect(")
+
+
+def kotlin_function(text: str, name: str) -> str:
+    """The body of `fun name(...)` in a Kotlin source (braces matched)."""
+    start = text.index(f"fun {name}(")
+    depth, i = 0, text.index("{", start)
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[start:j + 1]
+    raise AssertionError(f"unbalanced braces in fun {name}")
+
+
+def test_kotlin_hands_over_the_photo_as_decoded(contract):
+    """No crop, no resample, no float conversion between a photo and the .pte: the artifact does
+    the reference's resize. The tensor the app builds is uint8 [1,H,W,3] as contract.json says."""
+    pre = contract["preprocessing"]
+    assert pre["crop"] is None and pre["resize"] is None and pre["scale"] is None
+    assert (pre["layout"], pre["min_side"], pre["max_side"]) == ("NHWC", MIN_SIDE, MAX_SIDE)
+    sources = {p.name: p.read_text() for p in KOTLIN_ALL}
+    for name in KOTLIN_MODEL_PATH:
+        found = [t for t in RESAMPLING_KOTLIN if t in sources[name]]
+        assert not found, f"{name} resamples or converts the photo: {found}"
+    for name, text in sources.items():
+        assert "createScaledBitmap" not in text, name
+        # the model's 16G input size is the artifact's business: parsed, never used to resize
+        assert "imageSize" not in text or name == "Contract.kt", name
+    assert sources["Contract.kt"].count("imageSize") == 2  # the field and its parse
+    # the screen's own copy (inSampleSize, Matrix) is confined to decodeForDisplay and never reaches the model
+    activity = sources["MainActivity.kt"]
+    display = kotlin_function(activity, "decodeForDisplay")
+    outside = activity.replace(display, "")
+    assert "inSampleSize" in display and not any(t in outside for t in ("inSampleSize", "createBitmap", "Matrix()"))
+    assert re.findall(r"\bval input = ([\w.]+)\(", outside) == ["Preprocess.decodePhoto"]
+    assert "photo = input" in outside and "m.predict(input," in outside
+    # the model's input: full-size decode, unpremultiplied, the decoder's RGBA bytes, R G B kept, A dropped
+    model = sources["RelevanceModel.kt"]
+    decode = kotlin_function(model, "decodePhoto")
+    for needed in ("inPremultiplied = false", "inScaled = false", "Bitmap.Config.ARGB_8888", "copyPixelsToBuffer",
+                   "exifOrientation(open)"):
+        assert needed in decode, needed
+    upright = kotlin_function(model, "upright")
+    for needed in ("rgb.put(out, rgba.get(s))", "rgb.put(out + 1, rgba.get(s + 1))", "rgb.put(out + 2, rgba.get(s + 2))",
+                   "val s = a * stride + b * 4", "out += 3", "Tensor.allocateByteBuffer(h * w * 3)"):
+        assert needed in upright, needed
+    # uint8 [1,H,W,3]: the contract's dynamic dims, in order, filled with 1, the photo's height and width
+    for key, art in contract["artifacts"].items():
+        image = art["inputs"][0]
+        assert image["dtype"] == "uint8" and image["shape"] == ["batch", "height", "width", 3], key
+    assert "Tensor.fromBlobUnsigned(photo.rgb, imageSpec.shapeFor(1, photo.height, photo.width))" in model
+    assert 'entry.imageInput.dtype != "uint8"' in model
+    contract_kt = sources["Contract.kt"]
+    assert "(it ?: dims[next++])" in contract_kt and "shape.get(j) as? Int" in contract_kt
+
+
+def test_kotlin_orientation_table_is_pils_exif_transpose():
+    """Preprocess.ORIENTATIONS, read from the Kotlin source, applied as Preprocess.upright does, gives
+    PIL's exif_transpose for all eight EXIF orientations (non-square, so swapped sides show)."""
+    model = (ANDROID / "app" / "src" / "main" / "java" / "org" / "arrcoc" / "demo" / "RelevanceModel.kt").read_text()
+    table = {int(k): tuple(v == "true" for v in flags) for k, *flags in
+             re.findall(r"(\d) to Orientation\((true|false), (true|false), (true|false)\)", model)}
+    assert sorted(table) == list(range(1, 9))
+    upright = kotlin_function(model, "upright")
+    for line in ("val h = if (o.transpose) storedWidth else storedHeight", "val w = if (o.transpose) storedHeight else storedWidth",
+                 "var a = if (o.transpose) c else r", "var b = if (o.transpose) r else c",
+                 "if (o.flipRows) a = storedHeight - 1 - a", "if (o.flipCols) b = storedWidth - 1 - b"):
+        assert line in upright, line
+    stored = np.random.default_rng(23).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    for orientation, flags in table.items():
+        assert np.array_equal(reindex(stored, *flags), exif_upright_reference(orientation, stored)), orientation
+
+
+def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
+    """sample.png decodes (PIL, as load_photo) to exactly the golden sample contract.app.sample_golden
+    names: a whole non-square photo at its own size. GoldenParityTest.samplePhotoDecodesToTheGoldenBytes
+    makes the same comparison with the app's own decoder on the device."""
+    from pipeline.golden import load_photo
+
+    app = contract["app"]
+    sample = next(s for s in golden["samples"] if s["name"] == app["sample_golden"])
+    arr = sample["arrays"]["image"]
+    data = (built[1] / contract["golden"]["bin"]).read_bytes()[arr["offset"]:arr["offset"] + arr["bytes"]]
+    expected = np.frombuffer(data, dtype=np.uint8).reshape(arr["shape"])[0]
+    photo = load_photo(built[1] / app["sample_image"])
+    assert photo.shape[0] != photo.shape[1] and np.array_equal(photo, expected)
 
 
 def test_app_looks_where_the_build_copies():

@@ -524,13 +524,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("task", ["verify", "clean", "bench", "merge", "train", "build"])
+@pytest.mark.parametrize("task", ["verify", "clean", "bench", "merge", "train", "build", "predict"])
 def test_keyboard_interrupt_inside_any_task_body_is_130_and_one_line(task, tmp_path, monkeypatch, capsys):
     """The same promise where the interrupt lands deep inside a task (made deterministic)."""
     from pipeline import cli, publish
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"a"})
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"not decoded: the interrupt comes first")
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -544,7 +546,8 @@ def test_keyboard_interrupt_inside_any_task_body_is_130_and_one_line(task, tmp_p
     call = {"verify": lambda: cli.verify(str(out)), "clean": lambda: cli.clean(str(out)),
             "bench": lambda: cli.bench(str(out), "1"), "merge": lambda: cli.merge(str(out), str(tmp_path / "m")),
             "train": lambda: cli.train(str(tmp_path / "c.safetensors"), "1", None),
-            "build": lambda: cli.build("onnx", None, str(tmp_path / "b"), False)}[task]
+            "build": lambda: cli.build("onnx", None, str(tmp_path / "b"), False),
+            "predict": lambda: cli.predict(str(photo), "a cat", None, str(out), None, None, None)}[task]
     try:
         code = call()
     except KeyboardInterrupt:
@@ -645,3 +648,20 @@ def test_an_output_folder_of_the_previous_layout_moves_across_and_keeps_what_it_
     assert len(kept) == 1 and kept[0].read_text() == "a file of yours" and any(str(kept[0].parent) in n for n in notes)
     publish_files(out, {"a.bin": b"new"})
     assert cli.verify(str(out)) == 0 and (out / "t" / "a.bin").read_bytes() == b"new"
+
+
+def test_an_interrupt_inside_an_extension_import_is_still_130(capsys):
+    """Ctrl-C during a C extension's module init surfaces as ImportError("initialization failed")
+    chained to the KeyboardInterrupt (seen in merge under load): still exit 130 and one line."""
+    from pipeline import cli
+
+    def body():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")
+
+    assert cli.guarded(body, False, "merge") == 130
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted: ")
+    assert cli.guarded(lambda: (_ for _ in ()).throw(ImportError("plain")), False, "merge") == 1

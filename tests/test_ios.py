@@ -6,9 +6,11 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from mobile_build import built_ios
+from mobile_build import ANDROID, built_ios, exif_upright_reference, reindex
+from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("coremltools")
 pytestmark = pytest.mark.slow
@@ -117,3 +119,98 @@ def test_swift_hard_codes_no_artifact_or_tensor_name(contract):
         text = path.read_text()
         found = sorted(n for n in names if f'"{n}"' in text or f"{n}" in text and n.endswith(".mlpackage"))
         assert not found, f"{path.name} hard-codes {found}: read them from contract.json"
+
+
+# Anything that crops, scales or resamples the photo itself (UIGraphicsImageRenderer draws at the
+# screen's scale in its own colour space; UIImage.draw(in:) scales to the rect; CIImage filters resample).
+RESAMPLING_SWIFT = ("UIGraphicsImageRenderer", "image.draw(in:", ".draw(in: rect", "cropping(to:", "scaledToFill",
+                    "squareRGBA", "resize(", "resized(", "CILanczos", "transformed(by:", "preparingThumbnail", "byPreparingThumbnail",
+                    "interpolationQuality = .high", "interpolationQuality = .medium", "interpolationQuality = .low",
+                    "/ 255")
+
+
+def swift_function(text: str, name: str) -> str:
+    """The body of `func name(` in a Swift source (braces matched)."""
+    start = text.index(f"func {name}(")
+    depth, i = 0, text.index("{", start)
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[start:j + 1]
+    raise AssertionError(f"unbalanced braces in func {name}")
+
+
+def test_swift_hands_over_the_photo_as_decoded(contract):
+    """No crop, no resample, no /255 in the app: the package does the reference's resize. The array
+    it builds is [1,H,W,3] of exactly the image dtype contract.json lists for each package (CoreML
+    has no uint8 input: float16 holding the byte values, coreml.IMAGE_INPUT)."""
+    pre = contract["preprocessing"]
+    assert pre["crop"] is None and pre["resize"] is None and pre["scale"] is None
+    assert (pre["layout"], pre["min_side"], pre["max_side"]) == ("NHWC", MIN_SIDE, MAX_SIDE)
+    sources = {p.name: p.read_text() for p in SWIFT}
+    for name, text in sources.items():
+        found = [t for t in RESAMPLING_SWIFT if t in text]
+        assert not found, f"{name} crops or resamples the photo: {found}"
+        assert "image_size" not in text or name == "Contract.swift", name  # 16G is the package's business
+    model = sources["RelevanceModel.swift"]
+    upright = swift_function(model, "uprightRGB")
+    # one draw of the stored CGImage at its own pixel size into a context of that size, nothing scaled
+    assert upright.count(".draw(") == 1 and "ctx.draw(cg, in: CGRect(x: 0, y: 0, width: sw, height: sh))" in upright
+    assert "CGContext(data: raw.baseAddress, width: sw, height: sh," in upright
+    assert "let sw = cg.width, sh = cg.height" in upright
+    for needed in ("ctx.setBlendMode(.copy)", "ctx.interpolationQuality = .none", "CGImageAlphaInfo.premultipliedLast",
+                   "CGBitmapInfo.byteOrder32Big", "image.imageOrientation"):
+        assert needed in upright, needed
+    # the tensor: [1,H,W,3] of the dtype the contract lists, for every package
+    array = swift_function(model, "photoArray")
+    assert "let shape = [1, height, width, 3]" in array
+    assert "dtype: entry.imageInput.dtype" in swift_function(model, "preprocess")
+    tests = (IOS / "Tests" / "GoldenParityTests.swift").read_text()
+    assert "photoArray(rgb, height: height, width: width, dtype: entry.imageInput.dtype)" in tests
+    for key, art in contract["artifacts"].items():
+        image = art["inputs"][0]
+        assert image["shape"] == ["batch", "height", "width", 3], key
+        assert image["dtype"] == art["image_input"]["multiarray_dtype"].lower(), key
+        assert f'case "{image["dtype"]}": return try fill(MLMultiArray(shape: shape, dataType: .{image["dtype"]})' in array, key
+
+
+def test_swift_orientation_table_is_pils_exif_transpose():
+    """RelevanceModel.orientations and exifOrientation, read from the Swift source, applied as
+    uprightRGB does, give PIL's exif_transpose for all eight orientations, and the table is the
+    Android app's."""
+    model = (IOS / "ArrcocDemo" / "RelevanceModel.swift").read_text()
+    table_src = model[model.index("static let orientations"):]
+    table_src = table_src[:table_src.index("]\n")]
+    table = {int(k): tuple(v == "true" for v in flags) for k, *flags in
+             re.findall(r"(\d): \((true|false), (true|false), (true|false)\)", table_src)}
+    assert sorted(table) == list(range(1, 9))
+    upright = swift_function(model, "uprightRGB")
+    for line in ("let height = o.transpose ? sw : sh, width = o.transpose ? sh : sw", "var a = o.transpose ? c : r",
+                 "var b = o.transpose ? r : c", "if o.flipRows { a = sh - 1 - a }", "if o.flipCols { b = sw - 1 - b }",
+                 "let s = a * stride + b * 4", "rgb[out + k] ="):
+        assert line in upright, line
+    stored = np.random.default_rng(23).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    for orientation, flags in table.items():
+        assert np.array_equal(reindex(stored, *flags), exif_upright_reference(orientation, stored)), orientation
+    kotlin = (ANDROID / "app" / "src" / "main" / "java" / "org" / "arrcoc" / "demo" / "RelevanceModel.kt").read_text()
+    kotlin_table = {int(k): tuple(v == "true" for v in flags) for k, *flags in
+                    re.findall(r"(\d) to Orientation\((true|false), (true|false), (true|false)\)", kotlin)}
+    assert table == kotlin_table
+    # UIImage.Orientation -> EXIF value: Apple's CGImagePropertyOrientation raw values
+    mapping = dict(re.findall(r"\.(\w+): (\d)", model[model.index("static let exifOrientation"):model.index("static let orientations")]))
+    assert {k: int(v) for k, v in mapping.items()} == {
+        "up": 1, "upMirrored": 2, "down": 3, "downMirrored": 4, "leftMirrored": 5, "right": 6, "rightMirrored": 7, "left": 8}
+
+
+def test_sample_photo_is_the_golden_whole_photo(built, contract):
+    """sample.png decodes (PIL, as load_photo) to exactly the golden sample contract.app.sample_golden
+    names; GoldenParityTests.testSamplePhotoDecodesToTheGoldenBytes compares the app's own decode."""
+    from pipeline.golden import load_photo
+
+    golden = json.loads((built[1] / contract["golden"]["json"]).read_text())
+    sample = next(s for s in golden["samples"] if s["name"] == contract["app"]["sample_golden"])
+    arr = sample["arrays"]["image"]
+    data = (built[1] / contract["golden"]["bin"]).read_bytes()[arr["offset"]:arr["offset"] + arr["bytes"]]
+    expected = np.frombuffer(data, dtype=np.uint8).reshape(arr["shape"])[0]
+    photo = load_photo(built[1] / contract["app"]["sample_image"])
+    assert photo.shape[0] != photo.shape[1] and np.array_equal(photo, expected)

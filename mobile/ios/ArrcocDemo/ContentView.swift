@@ -53,7 +53,7 @@ struct ContentView: View {
             VStack(spacing: 12) {
                 if let photo = state.photo, let contract = state.contract {
                     HeatmapView(photo: photo, prediction: state.prediction, grid: contract.model.grid, showTopK: showTopK)
-                        .aspectRatio(1, contentMode: .fit)
+                        .aspectRatio(photo.size.width / max(photo.size.height, 1), contentMode: .fit)
                 } else {
                     ProgressView()
                 }
@@ -97,8 +97,8 @@ struct ContentView: View {
     }
 }
 
-/// The photo as the model sees it (centre square), relevance as a translucent heatmap on the
-/// grid x grid patches, and the top-K patches outlined.
+/// The whole photo, upright at its own aspect (as the model sees it: no crop), relevance as a
+/// translucent heatmap on the grid x grid cells laid over all of it, and the top-K cells outlined.
 struct HeatmapView: View {
     let photo: UIImage
     let prediction: Prediction?

@@ -10,7 +10,8 @@ struct TensorSpec: Decodable {
     let shape: [ShapeDim]
 }
 
-/// A shape entry: a fixed size, or the name of the dynamic batch dimension ("batch").
+/// A shape entry: a fixed size, or the name of a dynamic dimension ("batch"; for the image also
+/// "height" and "width": the photo's own).
 enum ShapeDim: Decodable {
     case fixed(Int)
     case dynamic(String)
@@ -58,7 +59,8 @@ struct ModelInfo: Decodable {
     let weights_order: [String]
 }
 
-/// What the app hands over: the photo as decoded, [1,H,W,3] RGB (no crop, resize or scaling).
+/// What the app hands over: the photo as decoded, [1,H,W,3] RGB (no crop, resize or scaling), each
+/// side min_side...max_side; the value type is the artifact's image dtype (CoreML: float16).
 struct Preprocessing: Decodable {
     let input: String
     let layout: String
@@ -85,7 +87,9 @@ struct GoldenFiles: Decodable {
 
 struct AppInfo: Decodable {
     let default_artifact: String
+    /// The bundled photo, a lossless PNG of the golden sample `sample_golden`.
     let sample_image: String
+    let sample_golden: String
     let resources_folder: String
 }
 

@@ -42,9 +42,14 @@ final class RelevanceModel {
 
     /// One photo [1,H,W,3] (preprocess / photoArray) and one query [1,D] -> outputs (batch 1).
     func predict(image: MLMultiArray, query: [Float]) throws -> Prediction {
+        guard entry.queryInput.dtype == "float32" else {
+            throw AppError.badContract("\(entry.queryInput.name) is \(entry.queryInput.dtype); the app feeds float32")
+        }
         let q = try MLMultiArray(shape: [1, NSNumber(value: query.count)], dataType: .float32)
-        let qp = q.dataPointer.bindMemory(to: Float.self, capacity: query.count)
-        for (i, v) in query.enumerated() { qp[i] = v }
+        q.withUnsafeMutableBytes { raw, strides in
+            let dst = raw.bindMemory(to: Float.self)
+            for (i, v) in query.enumerated() { dst[i * strides[1]] = v }
+        }
         let features = try MLDictionaryFeatureProvider(dictionary: [
             entry.imageInput.name: MLFeatureValue(multiArray: image),
             entry.queryInput.name: MLFeatureValue(multiArray: q),
@@ -64,73 +69,127 @@ final class RelevanceModel {
     }
 
     /// Photo -> the `image` input per contract.preprocessing: the photo as decoded, upright
-    /// (UIKit's orientation applied), at its own size, RGB with alpha dropped, [1,H,W,3]. No crop,
-    /// no resize, no scaling: the package does arr-coc-0-1's resize itself. CoreML has no uint8
-    /// input, so each byte goes in as a float16 of the same value (the artifact's image dtype).
+    /// (its orientation applied), at its own size, RGB with alpha dropped, [1,H,W,3]. No crop, no
+    /// resize, no scaling: the package does arr-coc-0-1's resize itself. CoreML has no uint8 input,
+    /// so each byte goes in as a value of the artifact's image dtype (contract.json: float16), exactly.
     static func preprocess(_ image: UIImage, contract: Contract, entry: ArtifactEntry) throws -> MLMultiArray {
         let p = contract.preprocessing
-        guard p.layout == "NHWC", entry.imageInput.dtype == "float16" else {
-            throw AppError.badContract("unsupported input \(p.layout) \(entry.imageInput.dtype)")
+        guard p.layout == "NHWC" else { throw AppError.badContract("unsupported layout \(p.layout)") }
+        guard let cg = image.cgImage else { throw AppError.badImage }
+        guard min(cg.height, cg.width) >= p.min_side, max(cg.height, cg.width) <= p.max_side else {
+            throw AppError.badContract("the photo is \(cg.width)x\(cg.height); the model takes \(p.min_side) to \(p.max_side) px per side")
         }
         let (rgb, height, width) = try uprightRGB(image)
-        guard min(height, width) >= p.min_side, max(height, width) <= p.max_side else {
-            throw AppError.badContract("the photo is \(width)x\(height); the model takes \(p.min_side) to \(p.max_side) px per side")
-        }
-        return try photoArray(rgb, height: height, width: width)
+        return try photoArray(rgb, height: height, width: width, dtype: entry.imageInput.dtype)
     }
 
-    /// [1,H,W,3] float16 MLMultiArray holding the bytes' values exactly (float16 holds 0...2048).
-    static func photoArray(_ rgb: [UInt8], height: Int, width: Int) throws -> MLMultiArray {
+    /// [1,H,W,3] MLMultiArray of the artifact's image dtype holding the bytes' values exactly
+    /// (float16 holds every integer up to 2048), written through the array's own strides.
+    static func photoArray(_ rgb: [UInt8], height: Int, width: Int, dtype: String) throws -> MLMultiArray {
+        guard rgb.count == height * width * 3 else {
+            throw AppError.badContract("\(rgb.count) photo bytes do not make [1,\(height),\(width),3]")
+        }
         let shape = [1, height, width, 3].map { NSNumber(value: $0) }
-        let arr = try MLMultiArray(shape: shape, dataType: .float16)
-        let dst = arr.dataPointer.bindMemory(to: Float16.self, capacity: rgb.count)
-        for i in 0..<rgb.count { dst[i] = Float16(rgb[i]) }
+        switch dtype {
+        case "float16": return try fill(MLMultiArray(shape: shape, dataType: .float16), rgb, height, width) { Float16($0) }
+        case "float32": return try fill(MLMultiArray(shape: shape, dataType: .float32), rgb, height, width) { Float($0) }
+        default: throw AppError.badContract("image dtype \(dtype): the app hands over float16 or float32 (CoreML has no uint8 input)")
+        }
+    }
+
+    private static func fill<T>(_ arr: MLMultiArray, _ rgb: [UInt8], _ height: Int, _ width: Int,
+                                _ value: (UInt8) -> T) -> MLMultiArray {
+        arr.withUnsafeMutableBytes { raw, strides in
+            let dst = raw.bindMemory(to: T.self)
+            var i = 0
+            for y in 0..<height {
+                for x in 0..<width {
+                    for c in 0..<3 {
+                        dst[y * strides[1] + x * strides[2] + c * strides[3]] = value(rgb[i])
+                        i += 1
+                    }
+                }
+            }
+        }
         return arr
     }
 
-    /// The photo's pixels upright, as stored: drawn at scale 1 into a context of its own pixel size
-    /// and its own colour space (no colour conversion, as PIL does none), then un-premultiplied so
-    /// that RGB is the stored colour (exact for opaque pixels; a fully transparent pixel's colour
-    /// is lost by CoreGraphics' premultiplication and comes back black).
+    /// UIImage.Orientation -> its EXIF orientation (CGImagePropertyOrientation raw value).
+    static let exifOrientation: [UIImage.Orientation: Int] = [
+        .up: 1, .upMirrored: 2, .down: 3, .downMirrored: 4, .leftMirrored: 5, .right: 6, .rightMirrored: 7, .left: 8,
+    ]
+
+    /// EXIF orientation -> how the upright photo reads the stored pixels: upright pixel (r, c) reads
+    /// stored pixel (a, b) with a = transpose ? c : r, b = transpose ? r : c, then a = storedHeight - 1 - a
+    /// if flipRows and b = storedWidth - 1 - b if flipCols. A pure re-indexing (no pixel blended); the
+    /// same table as the Android app and PIL's ImageOps.exif_transpose (tests/test_ios.py checks it).
+    static let orientations: [Int: (transpose: Bool, flipRows: Bool, flipCols: Bool)] = [
+        1: (false, false, false),
+        2: (false, false, true),
+        3: (false, true, true),
+        4: (false, true, false),
+        5: (true, false, false),
+        6: (true, true, false),
+        7: (true, true, true),
+        8: (true, false, true),
+    ]
+
+    /// The photo's pixels upright, as stored, RGB, alpha dropped: (bytes [H*W*3], H, W).
+    /// The CGImage (the pixels as stored, before orientation) is drawn once, at its own pixel size,
+    /// into an RGBA8 context of that size in its own colour space when that is RGB (no colour
+    /// conversion, as PIL does none; grey, CMYK or indexed photos are converted to sRGB by
+    /// CoreGraphics), with blend mode copy; then re-indexed upright per `orientations`.
+    /// Alpha: CoreGraphics bitmap contexts are premultiplied, so RGB is un-premultiplied here:
+    /// exact for opaque pixels (every camera photo), within rounding for translucent ones; a
+    /// fully transparent pixel's colour is lost and comes back black (PIL keeps it).
     static func uprightRGB(_ image: UIImage) throws -> ([UInt8], Int, Int) {
-        guard let source = image.cgImage else { throw AppError.badImage }
-        let turned = [.left, .right, .leftMirrored, .rightMirrored].contains(image.imageOrientation)
-        let width = turned ? source.height : source.width, height = turned ? source.width : source.height
-        let format = UIGraphicsImageRendererFormat()
-        format.scale = 1
-        let upright = image.imageOrientation == .up ? source : UIGraphicsImageRenderer(
-            size: CGSize(width: width, height: height), format: format).image { _ in
-                image.draw(in: CGRect(x: 0, y: 0, width: width, height: height))  // orientation only: no scaling
-            }.cgImage
-        guard let cg = upright else { throw AppError.badImage }
-        var rgba = [UInt8](repeating: 0, count: width * height * 4)
-        let space = cg.colorSpace ?? CGColorSpace(name: CGColorSpace.sRGB)!
-        let ok = rgba.withUnsafeMutableBytes { raw -> Bool in
-            guard let ctx = CGContext(data: raw.baseAddress, width: width, height: height, bitsPerComponent: 8,
-                                      bytesPerRow: width * 4, space: space,
-                                      bitmapInfo: CGImageAlphaInfo.premultipliedLast.rawValue) else { return false }
-            ctx.draw(cg, in: CGRect(x: 0, y: 0, width: width, height: height))
+        guard let cg = image.cgImage else { throw AppError.badImage }
+        let sw = cg.width, sh = cg.height, stride = sw * 4
+        var rgba = [UInt8](repeating: 0, count: stride * sh)
+        let own = cg.colorSpace.flatMap { $0.model == .rgb ? $0 : nil }
+        guard let space = own ?? CGColorSpace(name: CGColorSpace.sRGB) else { throw AppError.badImage }
+        let drawn = rgba.withUnsafeMutableBytes { raw -> Bool in
+            // bytes in memory: R, G, B, A (premultiplied)
+            let info = CGImageAlphaInfo.premultipliedLast.rawValue | CGBitmapInfo.byteOrder32Big.rawValue
+            guard let ctx = CGContext(data: raw.baseAddress, width: sw, height: sh, bitsPerComponent: 8,
+                                      bytesPerRow: stride, space: space, bitmapInfo: info) else { return false }
+            ctx.setBlendMode(.copy)
+            ctx.interpolationQuality = .none
+            ctx.draw(cg, in: CGRect(x: 0, y: 0, width: sw, height: sh))
             return true
         }
-        guard ok else { throw AppError.badImage }
-        var rgb = [UInt8](repeating: 0, count: width * height * 3)
-        for i in 0..<(width * height) {
-            let a = Int(rgba[i * 4 + 3])
-            for c in 0..<3 {
-                let v = Int(rgba[i * 4 + c])
-                rgb[i * 3 + c] = UInt8(a == 255 || a == 0 ? v : min(255, (v * 255 + a / 2) / a))
+        guard drawn else { throw AppError.badImage }
+        let o = orientations[exifOrientation[image.imageOrientation] ?? 1] ?? (false, false, false)
+        let height = o.transpose ? sw : sh, width = o.transpose ? sh : sw
+        var rgb = [UInt8](repeating: 0, count: height * width * 3)
+        var out = 0
+        for r in 0..<height {
+            for c in 0..<width {
+                var a = o.transpose ? c : r
+                var b = o.transpose ? r : c
+                if o.flipRows { a = sh - 1 - a }
+                if o.flipCols { b = sw - 1 - b }
+                let s = a * stride + b * 4
+                let alpha = Int(rgba[s + 3])
+                for k in 0..<3 {  // R, G, B; the alpha byte (s + 3) is dropped
+                    let v = Int(rgba[s + k])
+                    rgb[out + k] = UInt8(alpha == 255 || alpha == 0 ? v : min(255, (v * 255 + alpha / 2) / alpha))
+                }
+                out += 3
             }
         }
         return (rgb, height, width)
     }
 }
 
-/// MLMultiArray (float32 / float16 / double) -> [Float].
+/// A [1, N] output (float32 / float16 / double) -> [Float], read by index so any strides hold.
 func floats(_ a: MLMultiArray) -> [Float] {
-    (0..<a.count).map { a[$0].floatValue }
+    let n = a.shape.last?.intValue ?? 0
+    return (0..<n).map { a[[0, NSNumber(value: $0)]].floatValue }
 }
 
-/// MLMultiArray (int32 on CoreML) -> [Int].
+/// A [1, K] output (int32 on CoreML) -> [Int].
 func ints(_ a: MLMultiArray) -> [Int] {
-    (0..<a.count).map { a[$0].intValue }
+    let n = a.shape.last?.intValue ?? 0
+    return (0..<n).map { a[[0, NSNumber(value: $0)]].intValue }
 }

@@ -2,6 +2,7 @@
 // the Simulator), and holds each to the gate the build wrote for it. This is the authoritative
 // CoreML parity check that the Linux build cannot make (it only evaluates the MIL program in NumPy).
 import CoreML
+import UIKit
 import XCTest
 @testable import ArrcocDemo
 
@@ -21,7 +22,7 @@ final class GoldenParityTests: XCTestCase {
             var got: [Prediction] = []
             for i in 0..<golden.count {  // each sample one photo at its own size (a whole non-square one too)
                 let (rgb, height, width) = try golden.photo(i, entry.imageInput.name)
-                let img = try RelevanceModel.photoArray(rgb, height: height, width: width)
+                let img = try RelevanceModel.photoArray(rgb, height: height, width: width, dtype: entry.imageInput.dtype)
                 got.append(try model.predict(image: img, query: try golden.floats(i, entry.queryInput.name)))
             }
             var parity = Parity.measure(expected: expected, got: got, tie: entry.gate.tie_tolerance)
@@ -30,6 +31,23 @@ final class GoldenParityTests: XCTestCase {
             XCTAssertTrue(failures.isEmpty, "\(entry.file) (\(units == .cpuOnly ? "CPU" : "all units")): \(failures)")
             print("golden parity \(key): \(parity.metrics.sorted(by: { $0.key < $1.key }))")
         }
+    }
+
+    /// The app's own decode path (RelevanceModel.uprightRGB) on the bundled sample, a lossless PNG of
+    /// the golden whole photo: byte for byte what PIL decoded on the build host.
+    func testSamplePhotoDecodesToTheGoldenBytes() throws {
+        let contract = try Contract.load()
+        let golden = try GoldenBundle(contract: contract)
+        guard let i = golden.index.samples.firstIndex(where: { $0.name == contract.app.sample_golden }) else {
+            return XCTFail("golden bundle has no sample \(contract.app.sample_golden)")
+        }
+        let entry = try XCTUnwrap(contract.artifacts[contract.app.default_artifact])
+        let (expected, height, width) = try golden.photo(i, entry.imageInput.name)
+        let url = try contract.resourceURL(contract.app.sample_image)
+        let image = try XCTUnwrap(UIImage(contentsOfFile: url.path), "cannot read \(contract.app.sample_image)")
+        let (got, h, w) = try RelevanceModel.uprightRGB(image)
+        XCTAssertEqual([h, w], [height, width])
+        XCTAssertTrue(got == expected, "decoded bytes differ from the golden photo")
     }
 
     func testPresetsMatchTheQueryWidth() throws {

@@ -33,6 +33,22 @@ class GoldenParityTest {
     }
 
     @Test
+    fun samplePhotoDecodesToTheGoldenBytes() {
+        // The app's own decode path (BitmapFactory, copyPixelsToBuffer, alpha dropped, EXIF) on the
+        // bundled sample, a lossless PNG of the golden whole photo: byte for byte what PIL decoded.
+        val contract = Contract.load(context)
+        val golden = GoldenBundle(context, contract)
+        val sample = golden.names.indexOf(contract.app.sampleGolden)
+        assertTrue("golden bundle has no sample ${contract.app.sampleGolden}", sample >= 0)
+        val image = contract.artifacts.getValue(contract.app.defaultArtifact).imageInput.name
+        val expected = golden.photo(sample, image)
+        val got = Preprocess.decodePhoto({ contract.openAsset(context, contract.app.sampleImage) }, contract.preprocessing)
+        assertEquals(expected.height, got.height)
+        assertEquals(expected.width, got.width)
+        assertTrue("decoded bytes differ from the golden photo", expected.rgb == got.rgb)
+    }
+
+    @Test
     fun presetsMatchTheQueryWidth() {
         val contract = Contract.load(context)
         for (item in contract.presets.items) {

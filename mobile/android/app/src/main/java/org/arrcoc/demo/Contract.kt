@@ -72,7 +72,8 @@ data class Presets(val source: String?, val items: List<Preset>, val note: Strin
 
 data class GoldenFiles(val json: String, val bin: String)
 
-data class AppInfo(val defaultArtifact: String, val sampleImage: String)
+/** sampleImage: the bundled photo; sampleGolden: the golden sample it is (same bytes once decoded). */
+data class AppInfo(val defaultArtifact: String, val sampleImage: String, val sampleGolden: String)
 
 class Contract(
     val version: Int,
@@ -169,7 +170,7 @@ class Contract(
                 version, model, pre, artifacts,
                 GoldenFiles(g.getString("json"), g.getString("bin")),
                 presets,
-                AppInfo(a.getString("default_artifact"), a.getString("sample_image")),
+                AppInfo(a.getString("default_artifact"), a.getString("sample_image"), a.getString("sample_golden")),
             )
             if (contract.app.defaultArtifact !in artifacts) {
                 throw ContractException("default_artifact ${contract.app.defaultArtifact} is not among the artifacts")

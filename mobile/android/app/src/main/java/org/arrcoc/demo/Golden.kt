@@ -5,6 +5,7 @@ package org.arrcoc.demo
 
 import android.content.Context
 import org.json.JSONObject
+import org.pytorch.executorch.Tensor
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import kotlin.math.abs
@@ -15,11 +16,14 @@ class GoldenBundle(context: Context, contract: Contract) {
     private val samples: List<JSONObject>
     private val data: ByteBuffer
     val count: Int
+    /** Each sample's name in the golden set (e.g. "chelsea/whole"). */
+    val names: List<String>
 
     init {
         val index = JSONObject(contract.openAsset(context, contract.golden.json).bufferedReader().use { it.readText() })
         val list = index.getJSONArray("samples")
         samples = (0 until list.length()).map { list.getJSONObject(it).getJSONObject("arrays") }
+        names = (0 until list.length()).map { list.getJSONObject(it).getString("name") }
         count = samples.size
         val bytes = contract.openAsset(context, contract.golden.bin).use { it.readBytes() }
         data = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN) // golden.bin is little-endian
@@ -42,8 +46,12 @@ class GoldenBundle(context: Context, contract: Contract) {
         val (dtype, offset, bytes) = array(sample, name)
         if (dtype != "uint8") throw ContractException("golden $name is $dtype, expected uint8")
         val shape = shape(sample, name)
-        val rgb = ByteArray(bytes)
-        data.duplicate().apply { position(offset) }.get(rgb)
+        if (shape.size != 4 || shape[0] != 1 || shape[3] != 3 || bytes != shape[1] * shape[2] * 3) {
+            throw ContractException("golden $name has shape $shape ($bytes bytes), expected [1,H,W,3]")
+        }
+        val rgb = Tensor.allocateByteBuffer(bytes)
+        rgb.put(data.duplicate().apply { position(offset); limit(offset + bytes) })
+        rgb.rewind()
         return Photo(rgb, shape[1], shape[2])
     }
 

@@ -5,8 +5,10 @@ package org.arrcoc.demo
 
 import android.content.Context
 import android.graphics.Bitmap
+import android.graphics.BitmapFactory
 import android.graphics.Canvas
 import android.graphics.Color
+import android.graphics.Matrix
 import android.graphics.Paint
 import android.graphics.RectF
 import android.net.Uri
@@ -25,6 +27,10 @@ import java.util.Locale
 import java.util.concurrent.Executors
 
 class MainActivity : ComponentActivity() {
+    companion object {
+        const val DISPLAY_MAX_SIDE = 2048
+    }
+
     private val worker = Executors.newSingleThreadExecutor()
     private var contract: Contract? = null
     private var model: RelevanceModel? = null // touched on the worker thread only
@@ -119,13 +125,36 @@ class MainActivity : ComponentActivity() {
         status.text = "Reading photo…"
         worker.execute {
             try {
-                val input = Preprocess.toPhoto(Preprocess.decodeUpright(open, premultiplied = false), c.preprocessing)
-                val display = Preprocess.decodeUpright(open, premultiplied = true)
+                val input = Preprocess.decodePhoto(open, c.preprocessing)
+                val display = decodeForDisplay(open, Preprocess.exifOrientation(open))
                 runOnUiThread { shown = display; photo = input; infer() }
             } catch (e: Exception) {
                 runOnUiThread { status.text = "Could not read that image: ${e.message}" }
             }
         }
+    }
+
+    /**
+     * The picture on screen only (never the model's input, which is Preprocess.decodePhoto): upright,
+     * premultiplied so a Canvas can draw it, and subsampled by a power of two to at most
+     * DISPLAY_MAX_SIDE px per side (a full 8192 x 8192 bitmap is too large for a Canvas).
+     */
+    private fun decodeForDisplay(open: () -> java.io.InputStream, exif: Int): Bitmap {
+        val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
+        open().use { BitmapFactory.decodeStream(it, null, bounds) }
+        var sample = 1
+        while (maxOf(bounds.outWidth, bounds.outHeight) / sample > DISPLAY_MAX_SIDE) sample *= 2
+        val bitmap = open().use {
+            BitmapFactory.decodeStream(it, null, BitmapFactory.Options().apply { inSampleSize = sample })
+        } ?: throw IllegalArgumentException("not an image")
+        val o = Preprocess.ORIENTATIONS[exif] ?: return bitmap
+        // the same mapping as the model's input (Preprocess.upright): the flips in the stored frame,
+        // then the transpose (x, y) -> (y, x), which is a rotation by 90 degrees and a mirror
+        val m = Matrix()
+        if (o.flipRows) m.postScale(1f, -1f)
+        if (o.flipCols) m.postScale(-1f, 1f)
+        if (o.transpose) { m.postRotate(90f); m.postScale(-1f, 1f) }
+        return if (m.isIdentity) bitmap else Bitmap.createBitmap(bitmap, 0, 0, bitmap.width, bitmap.height, m, true)
     }
 
     /** Preprocess the current photo, run the chosen model with the chosen preset query, draw. */
@@ -143,7 +172,7 @@ class MainActivity : ComponentActivity() {
                 val p = m.predict(input, preset.embedding)
                 val ms = (System.nanoTime() - start) / 1e6
                 runOnUiThread {
-                    heatmap.show(display, p, c.model.grid)
+                    heatmap.show(display, input.width, input.height, p, c.model.grid)
                     weights.text = c.model.weightsOrder.zip(p.weights.toList())
                         .joinToString("   ") { (n, w) -> String.format(Locale.US, "%s %.2f", n, w) }
                     status.text = String.format(Locale.US, "%s: %.1f ms (ExecuTorch, %s); red = relevance, yellow = top-%d",
@@ -178,14 +207,19 @@ class MainActivity : ComponentActivity() {
  *  outlined. The grid covers the whole photo: a cell is (photo width / grid) x (photo height / grid). */
 class HeatmapView(context: Context) : View(context) {
     private var bitmap: Bitmap? = null
+    private var photoWidth = 1
+    private var photoHeight = 1
     private var prediction: Prediction? = null
     private var grid = 1
     private val fill = Paint()
     private val outline = Paint().apply { style = Paint.Style.STROKE; color = Color.YELLOW; strokeWidth = 2f }
     private val photoPaint = Paint(Paint.FILTER_BITMAP_FLAG)
 
-    fun show(bitmap: Bitmap, prediction: Prediction, grid: Int) {
+    /** `bitmap` is the on-screen copy; `width` x `height` the photo the model saw (its own size). */
+    fun show(bitmap: Bitmap, width: Int, height: Int, prediction: Prediction, grid: Int) {
         this.bitmap = bitmap
+        this.photoWidth = width
+        this.photoHeight = height
         this.prediction = prediction
         this.grid = grid
         invalidate()
@@ -193,9 +227,9 @@ class HeatmapView(context: Context) : View(context) {
 
     override fun onDraw(canvas: Canvas) {
         val b = bitmap ?: return
-        val fit = minOf(width.toFloat() / b.width, height.toFloat() / b.height)
-        val w = b.width * fit
-        val h = b.height * fit
+        val fit = minOf(width.toFloat() / photoWidth, height.toFloat() / photoHeight)
+        val w = photoWidth * fit
+        val h = photoHeight * fit
         val left = (width - w) / 2
         val top = (height - h) / 2
         canvas.drawBitmap(b, null, RectF(left, top, left + w, top + h), photoPaint)
