@@ -72,6 +72,10 @@ def test_texture_equals_the_reference_texture(loaded, grid, top_k):
 def test_texture_on_noise_and_extremes(loaded, size):
     """Random noise (every pixel an edge) and saturated colours, where LAB's branches switch, at
     16G, the smallest photo, and sizes that upsample one axis while downsampling the other."""
+    # its own model, not the session's `loaded`: in one full-suite run (2026-11-25) this test failed
+    # on the shared model for the non-16G sizes (texture off by 0.22-0.35) and passed alone and after
+    # every file tried before it; something earlier leaves the shared model changed (not found yet)
+    model = load_checkpoint(loaded.path).model
     gen = torch.Generator().manual_seed(0)
     h, w = size
     images = [
@@ -81,7 +85,7 @@ def test_texture_on_noise_and_extremes(loaded, size):
     ]
     with torch.no_grad():
         for img in images:
-            ours = loaded.model.texture(img)
+            ours = model.texture(img)
             assert (ours - reference.texture(reference.to_tensor(img), 14)).abs().max().item() <= TEXTURE_TOL
 
 
