@@ -17,6 +17,7 @@ import numpy as np
 from .errors import InputError
 from .golden import load_photo
 from .model import WAYS_OF_KNOWING
+from .target import Target
 
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
 # (onnxruntime FP32 fastest; see the README's benchmark table).
@@ -48,7 +49,7 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
         target = targets.get(name)
         if target is None or entry.get("status") != "published" or target.missing_modules():
             continue
-        if type(target).published_runner is type(target).__mro__[-2].published_runner:
+        if type(target).published_runner is Target.published_runner:
             continue  # the target offers no runtime here (CoreML off macOS, TensorRT without a GPU)
         variants = [v for v, e in (entry.get("variants") or {}).items() if e.get("status") == "verified"]
         for i, variant in enumerate(variants):
@@ -145,14 +146,15 @@ def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: st
 
 
 def check_published(out: Path, entry: dict, variant: str) -> None:
-    """The variant's files exist with the manifest's sha256: never run a file that changed."""
-    from .checkpoint import sha256_file
+    """The variant's files are regular files with the manifest's bytes and sha256 (publish.check_file,
+    as bench checks them): never run a file that changed."""
+    from .publish import check_file
 
     for rel in entry["variants"][variant]["files"]:
         listed = next((f for f in entry.get("files", []) if f["path"] == rel), None)
-        path = out / rel
-        if listed is None or not path.is_file() or sha256_file(path) != listed["sha256"]:
-            raise InputError(f"published file {rel} is missing or differs from the manifest",
+        why = "not listed" if listed is None else check_file(out, listed)
+        if why:
+            raise InputError(f"published file {rel} is missing or differs from the manifest ({why})",
                              "run `invoke verify` to see what changed, then rebuild with `invoke build`")
 
 

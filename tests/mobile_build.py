@@ -54,3 +54,15 @@ def reindex(stored: np.ndarray, transpose: bool, flip_rows: bool, flip_cols: boo
     if flip_cols:
         b = sw - 1 - b
     return stored[a, b]
+
+
+def source_function(text: str, keyword: str, name: str) -> str:
+    """The body of `keyword name(...)` ("fun" in Kotlin, "func" in Swift) in a source file, braces
+    matched: the apps' static tests look inside one function at a time."""
+    start = text.index(f"{keyword} {name}(")
+    depth, i = 0, text.index("{", start)
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[start:j + 1]
+    raise AssertionError(f"unbalanced braces in {keyword} {name}")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from mobile_build import ANDROID, exif_upright_reference, reindex
+from mobile_build import ANDROID, exif_upright_reference, reindex, source_function
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
@@ -142,14 +142,7 @@ RESAMPLING_KOTLIN = ("createScaledBitmap", "createBitmap", "inSampleSize", "inDe
 
 
 def kotlin_function(text: str, name: str) -> str:
-    """The body of `fun name(...)` in a Kotlin source (braces matched)."""
-    start = text.index(f"fun {name}(")
-    depth, i = 0, text.index("{", start)
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[start:j + 1]
-    raise AssertionError(f"unbalanced braces in fun {name}")
+    return source_function(text, "fun", name)
 
 
 def test_kotlin_hands_over_the_photo_as_decoded(contract):

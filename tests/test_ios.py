@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mobile_build import ANDROID, built_ios, exif_upright_reference, reindex
+from mobile_build import ANDROID, built_ios, exif_upright_reference, reindex, source_function
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("coremltools")
@@ -130,14 +130,7 @@ RESAMPLING_SWIFT = ("UIGraphicsImageRenderer", "image.draw(in:", ".draw(in: rect
 
 
 def swift_function(text: str, name: str) -> str:
-    """The body of `func name(` in a Swift source (braces matched)."""
-    start = text.index(f"func {name}(")
-    depth, i = 0, text.index("{", start)
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[start:j + 1]
-    raise AssertionError(f"unbalanced braces in func {name}")
+    return source_function(text, "func", name)
 
 
 def test_swift_hands_over_the_photo_as_decoded(contract):
