@@ -74,6 +74,18 @@ def time_cases(cases: list[BenchCase], inputs: dict, runs: int, warmup: int = 3)
     case always follows the same neighbour. Each timed call follows an untimed call of the same
     case (steady state: its caches and thread pool warm, as when an app runs frame after frame),
     except for cases that measure a cold start themselves. Returns milliseconds per case."""
+    import torch
+
+    # cases set torch's thread count per call; the caller's setting comes back afterwards (a
+    # later torch op in the same process would otherwise run on whatever the last case chose)
+    threads = torch.get_num_threads()
+    try:
+        return _time_rounds(cases, inputs, runs, warmup)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _time_rounds(cases: list[BenchCase], inputs: dict, runs: int, warmup: int) -> list[list[float]]:
     for case in cases:
         for _ in range(warmup):
             case.run(inputs)
