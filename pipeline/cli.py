@@ -94,6 +94,11 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
                f"nothing was changed by the interrupted step: run `invoke {name}` again")
         print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
         return BuildInterrupted.exit_code
+    except BrokenPipeError:
+        # the reader went away (`invoke predict ... | head`): stop quietly, as a tool killed by
+        # SIGPIPE would (128 + 13), and keep Python from reporting the pipe again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # noqa: BLE001 - the promise is one line, whatever went wrong
         if _interrupted(exc):
             return guarded(lambda: _reraise(KeyboardInterrupt("SIGINT")), verbose, name)

@@ -113,7 +113,7 @@ class AndroidTarget(Target):
         write_bundle(ctx.golden.heldout, ctx.staging, gate.to_dict(), topk_dtype=primary.variant.topk_dtype)
         write_sample(ctx, ctx.staging)
         data = mobile_contract.contract(cfg, artifacts, golden=dict(mobile_contract.GOLDEN_FILES),
-                                        fallback_split=ctx.golden.heldout)
+                                        presets=mobile_contract.presets_for_build(ctx))
         data["app"] = {
             "platform": "android", "default_artifact": default, "sample_image": mobile_contract.SAMPLE_IMAGE,
             "sample_golden": mobile_contract.SAMPLE_GOLDEN,

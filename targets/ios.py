@@ -115,7 +115,7 @@ class IosTarget(Target):
                     chosen.variant.gate.tie_tolerance)
         write_bundle(ctx.golden.heldout, ctx.staging, gate.to_dict(), topk_dtype=primary.topk_dtype)
         write_sample(ctx, ctx.staging)
-        data = mobile_contract.contract(cfg, {}, golden=GOLDEN, fallback_split=ctx.golden.heldout)
+        data = mobile_contract.contract(cfg, {}, golden=GOLDEN, presets=mobile_contract.presets_for_build(ctx))
         data["artifacts"] = artifacts
         data["app"] = {
             "platform": "ios", "default_artifact": default, "sample_image": SAMPLE_IMAGE,

@@ -130,6 +130,45 @@ def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES, fallback_split=
     return {"source": str(source), "items": items, "note": None}
 
 
+def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
+                    sentences=PRESET_SENTENCES) -> dict | None:
+    """The preset sentences through arr-coc-0-1's own query encoder (exact: bf16 token-embedding
+    mean), when the checkpoint or --base-model carries the table; None when neither does."""
+    from pipeline import qwen_query as qq
+
+    table = qq.find_table(checkpoint, base_model)
+    if table is None:
+        return None
+    path, origin = qq.tokenizer_file(base_model)
+    tokenizer = qq.load_tokenizer(path)
+    qq.check_table(table, cfg.query_dim, tokenizer, origin)
+    items = []
+    for text in sentences:
+        ids = qq.token_ids(tokenizer, text)
+        items.append({"text": text, "token_ids": ids, "embedding": [float(x) for x in qq.exact_query(table, ids)]})
+    return {"source": f"arr-coc-0-1's query encoder (mean of Qwen3-VL input token embeddings, bf16; table: "
+                      f"{table.origin}; tokenizer: {origin})", "items": items, "note": None}
+
+
+# Why the sample apps take presets only: the contract says so instead of leaving users to guess.
+TYPED_TEXT = {
+    "supported": False,
+    "why": ("the apps carry no tokenizer: typed text needs the checkpoint's tokenizer.json read by a maintained "
+            "Kotlin/Swift library (e.g. swift-transformers' Tokenizers on iOS, DJL's HuggingFace tokenizers on "
+            "Android) and the text-encoder artifact in the app's runtime; neither can be compiled or run on the "
+            "build host, so it is not shipped untested"),
+    "encoder": "the text-encoder target's files (its manifest entry) are what such an app would use; "
+               "the page (web target) answers typed queries with them",
+}
+
+
+def presets_for_build(ctx) -> dict:
+    """The presets a mobile target ships: real encoded sentences when an encoder of the
+    checkpoint's width exists (arr-coc-0-1's own, else MiniLM for D=384), else golden queries."""
+    encoded = encoded_presets(ctx.config, ctx.checkpoint.path, ctx.options.get("base_model"))
+    return encoded if encoded is not None else preset_queries(ctx.config, fallback_split=ctx.golden.heldout)
+
+
 def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None = None,
              golden: dict | None = None, fallback_split=None) -> dict:
     """The contract for the given artifacts (files must already be written)."""
@@ -159,6 +198,7 @@ def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None 
         "artifacts": entries,
         "golden": golden,
         "presets": presets,
+        "typed_text": dict(TYPED_TEXT),
     }
 
 

@@ -118,3 +118,21 @@ def test_a_changed_published_file_is_refused(out, photo, tmp_path):
     line = _one_line(run_cli("predict", "--image", str(photo), "--query", "a cat", "--out", str(copy),
                              "--runtime", "onnx"))
     assert "differs from the manifest" in line and "invoke verify" in line
+
+
+def test_a_reader_that_goes_away_is_a_quiet_stop(out, photo):
+    """`invoke predict ... | head -1`: the pipe closes before the cells are printed."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "invoke", "predict", "--image", str(photo), "--query", "the cat",
+                               "--out", str(out)], cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr.strip() == "", proc.stderr

@@ -205,3 +205,21 @@ def test_reference_width_2048_from_a_sharded_snapshot(tmp_path):
     variant = json.loads((tmp_path / "out" / "manifest.json").read_text())["targets"]["text-encoder"]["variants"]["fp16"]
     assert variant["info"]["form"]["bytes"] < 151_936 * 2048 * 2 / 4
     assert variant["parity"]["metrics"]["corpus_topk_overlap_mean"] >= 0.98
+
+
+def test_app_presets_are_really_encoded_and_the_contract_says_why_no_typed_text(files, tokenizer):
+    from pipeline import qwen_query as qq
+    from pipeline.model import ModelConfig
+    from targets import mobile_contract as mc
+
+    cfg = ModelConfig(query_dim=DIM)
+    presets = mc.encoded_presets(cfg, files["whole"], None)
+    table = qq.table_in_checkpoint(files["whole"])
+    assert len(presets["items"]) == len(mc.PRESET_SENTENCES) and "Qwen3-VL" in presets["source"]
+    for item in presets["items"]:
+        assert item["token_ids"] == qq.token_ids(tokenizer, item["text"])
+        np.testing.assert_array_equal(np.float32(item["embedding"]), qq.exact_query(table, item["token_ids"]))
+    assert mc.encoded_presets(cfg, files["plain"], files["sharded"])["items"][0]["embedding"] == presets["items"][0]["embedding"]
+    assert mc.encoded_presets(cfg, files["plain"], None) is None
+    data = mc.contract(cfg, {}, presets=presets)
+    assert data["typed_text"]["supported"] is False and "tokenizer" in data["typed_text"]["why"]
