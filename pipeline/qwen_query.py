@@ -184,3 +184,9 @@ def exact_query(table: Table, ids: list[int]) -> np.ndarray:
         raise InputError("the query has no tokens", "type at least one word")
     rows = table.take(ids).to(torch.bfloat16)[None]  # [1, T, D]: the reference's batch of one
     return rows.mean(dim=1)[0].float().numpy()
+
+
+def check_base_model(folder: Path, dim: int) -> None:
+    """--base-model fits the checkpoint (width, vocabulary, shards), checked before any stage runs."""
+    path, origin = tokenizer_file(folder)
+    check_table(table_in_snapshot(folder), dim, load_tokenizer(path), origin)

