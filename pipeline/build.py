@@ -183,10 +183,9 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
     for target in order:  # bad options fail here, before any stage could publish
         target.check_options(options, ckpt.config)
-    if options.get("base_model") is not None:  # the query encoder's source, for any target that encodes text
-        from .qwen_query import check_base_model
+    from .qwen_query import check_sources  # the query encoder's table, for any target that encodes text
 
-        check_base_model(options["base_model"], cfg.query_dim)
+    check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
     if ckpt.ignored_keys:
         log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
     program = export_cached(ckpt, publish.cache_root(out) / "export")

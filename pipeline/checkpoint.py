@@ -135,7 +135,7 @@ def _read_reference(path: Path) -> tuple[dict, list[str]]:
     try:
         with warnings.catch_warnings():  # pickle-protocol notices are noise next to our one line
             warnings.simplefilter("ignore")
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+            obj = _load_mapped(path)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path}: refused to unpickle: it holds objects other than tensors ({_unpickle_reason(exc)})",
@@ -150,6 +150,17 @@ def _read_reference(path: Path) -> tuple[dict, list[str]]:
     ignored = sorted(k for k in state if k.startswith(IGNORED_PREFIXES))
     tensors = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
     return tensors, ignored
+
+
+def _load_mapped(path: Path):
+    """A whole ARRCOCQwen state dict holds the 4 GB Qwen3-VL model: memory-map it, so only the
+    tensors that are used are read. Files from before torch's zip format cannot be mapped."""
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as exc:
+        if "mmap" not in str(exc) and "zip" not in str(exc):
+            raise
+        return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
 def _unwrap_state_dict(obj, path: Path) -> dict:

@@ -186,7 +186,10 @@ def exact_query(table: Table, ids: list[int]) -> np.ndarray:
     return rows.mean(dim=1)[0].float().numpy()
 
 
-def check_base_model(folder: Path, dim: int) -> None:
-    """--base-model fits the checkpoint (width, vocabulary, shards), checked before any stage runs."""
-    path, origin = tokenizer_file(folder)
-    check_table(table_in_snapshot(folder), dim, load_tokenizer(path), origin)
+def check_sources(checkpoint: Path, base_model: Path | None, dim: int) -> None:
+    """The table the query encoder would use (the checkpoint's, else --base-model's) fits the
+    checkpoint and the tokenizer: checked before any stage runs, so a mismatch publishes nothing."""
+    table = find_table(checkpoint, base_model)
+    if table is not None:
+        path, origin = tokenizer_file(base_model)
+        check_table(table, dim, load_tokenizer(path), origin)

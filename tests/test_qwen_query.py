@@ -223,3 +223,14 @@ def test_app_presets_are_really_encoded_and_the_contract_says_why_no_typed_text(
     assert mc.encoded_presets(cfg, files["plain"], None) is None
     data = mc.contract(cfg, {}, presets=presets)
     assert data["typed_text"]["supported"] is False and "tokenizer" in data["typed_text"]["why"]
+
+
+def test_a_table_in_the_checkpoint_that_does_not_fit_stops_the_build_before_any_stage(tmp_path):
+    from pipeline.model import ModelConfig, build_model
+    from pipeline.qwen_query import TABLE_KEY_CHECKPOINT
+
+    state = dict(build_model(ModelConfig(query_dim=DIM), seed=1).state_dict())
+    state[TABLE_KEY_CHECKPOINT] = synthetic_table(32)
+    torch.save(state, tmp_path / "bad.pt")
+    proc = run_cli("build", "--target", "onnx", "--checkpoint", str(tmp_path / "bad.pt"), "--out", str(tmp_path / "out"))
+    assert "32 wide" in _one_line(proc) and not (tmp_path / "out").exists()
