@@ -301,21 +301,25 @@ class TextEncoderTarget(Target):
         if variant.info.get("kind") == QWEN_KIND:
             return load_qwen(ctx, variant)
         session = onnx_common.ort_session(variant.files[0])
-        heldout = ctx.golden.heldout
-        sentences = golden_sentences(heldout)
-        row_of = {heldout.queries[i].tobytes(): i for i in range(len(heldout))}
+        return text_runner(ctx, golden_sentences(ctx.golden.heldout), lambda texts: ort_embed(session, texts),
+                           f"onnxruntime {ort.__version__} (CPUExecutionProvider) text encoder -> eager relevance model")
 
-        def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            # The golden query vectors stand for their sentences: look each row up, embed its
-            # sentence with the artifact, and drive the eager relevance model with that.
-            rows = [row_of.get(np.ascontiguousarray(q, dtype=np.float32).tobytes()) for q in inputs["query"]]
-            if None in rows:
-                raise ExportError("text-encoder runner got a query that is not a held-out golden query",
-                                  "run it only through the core's parity run")
-            queries = ort_embed(session, [sentences[r] for r in rows]).astype(np.float32)
-            return _relevance(ctx, inputs["image"], queries)
 
-        return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider) text encoder -> eager relevance model")
+def text_runner(ctx: BuildContext, texts: list[str], embed, runtime: str) -> Runner:
+    """The golden query vectors stand for texts (held-out row i is texts[i]): look each row up,
+    embed its text with the artifact (`embed`: texts -> [n, D]) and run the eager model on that."""
+    heldout = ctx.golden.heldout
+    row_of = {heldout.queries[i].tobytes(): i for i in range(len(heldout))}
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = [row_of.get(np.ascontiguousarray(q, dtype=np.float32).tobytes()) for q in inputs["query"]]
+        if None in rows:
+            raise ExportError("text-encoder runner got a query that is not a held-out golden query",
+                              "run it only through the core's parity run")
+        queries = embed([texts[r] for r in rows]).astype(np.float32)
+        return _relevance(ctx, inputs["image"], queries)
+
+    return Runner(run, runtime)
 
 
 # ---- arr-coc-0-1's own encoder (Qwen3-VL token-embedding mean), for checkpoints of any width ----
@@ -418,16 +422,6 @@ def load_qwen(ctx: BuildContext, variant: Variant) -> Runner:
 
     session = onnx_common.ort_session(variant.files[0])
     tokenizer = qq.load_tokenizer(variant.files[1])
-    heldout = ctx.golden.heldout
-    texts = _cycle(qwen_texts(tokenizer), len(heldout))
-    row_of = {heldout.queries[i].tobytes(): i for i in range(len(heldout))}
-
-    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        rows = [row_of.get(np.ascontiguousarray(q, dtype=np.float32).tobytes()) for q in inputs["query"]]
-        if None in rows:
-            raise ExportError("text-encoder runner got a query that is not a held-out golden query",
-                              "run it only through the core's parity run")
-        queries = qwen_embed(session, [qq.token_ids(tokenizer, texts[r]) for r in rows]).astype(np.float32)
-        return _relevance(ctx, inputs["image"], queries)
-
-    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider) query encoder -> eager relevance model")
+    texts = _cycle(qwen_texts(tokenizer), len(ctx.golden.heldout))
+    return text_runner(ctx, texts, lambda batch: qwen_embed(session, [qq.token_ids(tokenizer, t) for t in batch]),
+                       f"onnxruntime {ort.__version__} (CPUExecutionProvider) query encoder -> eager relevance model")
