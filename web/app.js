@@ -1,8 +1,10 @@
 // ARR-COC relevance demo: onnxruntime-web (WASM) on a user's image and a preset or typed query.
-// A typed query is tokenized here (tokenizer.js) and embedded by the INT8 text encoder.
-// Everything the page needs is served next to it (config.json, models, ORT files): no network.
+// A typed query is tokenized here by @huggingface/tokenizers from the build's tokenizer.json and
+// embedded by the build's query encoder (config.json text_encoder.kind: all-MiniLM-L6-v2 INT8, or
+// arr-coc-0-1's Qwen3-VL token-embedding mean for a reference checkpoint).
+// Everything the page needs is served next to it (config.json, models, ORT and tokenizer library): no network.
 import * as ort from './ort/ort.wasm.min.mjs';
-import { BertTokenizer } from './tokenizer.js';
+import { Tokenizer } from './lib/tokenizers.min.mjs';
 
 // The model takes the photo as decoded: uint8 [1,H,W,3], RGB, rows top to bottom, EXIF orientation
 // applied, any size 16..8192 per side (config.json min_side/max_side, from pipeline/model.py). The
@@ -13,7 +15,8 @@ const DISPLAY_BACKING = 896;  // canvas pixels of the longer side (sharp on 2x s
 
 const $ = (id) => document.getElementById(id);
 const state = { config: null, presets: null, sessions: {}, image: null, bitmap: null, last: null, lastInput: null,
-                overlay: null, firstResultMs: null, busy: false, query: null, tokenizer: null, textSession: null };
+                overlay: null, firstResultMs: null, busy: false, query: null, tokenizer: null, textSession: null,
+                textLoadMs: {} };
 
 class UserError extends Error {}
 
@@ -91,20 +94,61 @@ function textConfig() {
   return t;
 }
 
+// tokenizers.js 0.2.0's BertNormalizer departs from the Rust crate that Python runs in two steps
+// (measured on the build's corpus): it lowercases the whole string, so a final capital sigma becomes
+// 'ς' where the crate, lowercasing per character, gives 'σ'; and it isolates CJK ideographs per
+// UTF-16 unit, so those outside the BMP (extension B on) stay glued to their neighbours. Both steps
+// are redone per code point, with the crate's ideograph ranges (bert.rs is_chinese_char, including
+// its U+2B920 start of extension E); cleaning, accent stripping, the pre-tokenizer, WordPiece and
+// the template stay the library's.
+const CJK = /[\u{4E00}-\u{9FFF}\u{3400}-\u{4DBF}\u{20000}-\u{2A6DF}\u{2A700}-\u{2B73F}\u{2B740}-\u{2B81F}\u{2B920}-\u{2CEAF}\u{F900}-\u{FAFF}\u{2F800}-\u{2FA1F}]/gu;
+
+function asRustCrate(tokenizer) {
+  const n = tokenizer.normalizer;
+  if (!n || !n.config || n.config.type !== 'BertNormalizer') return tokenizer;
+  n.normalize = function normalize(text) {
+    const c = this.config;
+    if (c.clean_text) text = this.clean_text(text);
+    if (c.handle_chinese_chars) text = text.replace(CJK, ' $& ');
+    if (c.lowercase) text = Array.from(text, (ch) => ch.toLowerCase()).join('');
+    if (c.lowercase ? c.strip_accents !== false : c.strip_accents) text = this.strip_accents(text);
+    return text;
+  };
+  return tokenizer;
+}
+
 function textTokenizer() {
   const t = textConfig();
   if (!state.tokenizer) {
-    state.tokenizer = BertTokenizer.load(t.vocab, { maxLength: t.max_length })
+    state.tokenizer = timedLoad('tokenizer', Promise.all([fetchJson(t.tokenizer), fetchJson(t.tokenizer_config)])
+      .then(([json, config]) => asRustCrate(new Tokenizer(json, config))))
       .catch((e) => { state.tokenizer = null;
         throw new UserError(`The tokenizer could not be loaded (${String(e.message || e).split('\n')[0]}).`); });
   }
   return state.tokenizer;
 }
 
+// The ids Python feeds the same encoder: MiniLM's with [CLS]/[SEP], cut to max_length as
+// transformers cuts a single text (the first max_length - 2 tokens, then [SEP], the template's last
+// id); arr-coc-0-1's the raw text's ids, no special tokens, no truncation (max_length null).
+function tokenIds(tokenizer, text) {
+  const t = textConfig();
+  const ids = tokenizer.encode(text, { add_special_tokens: t.add_special_tokens }).ids;
+  if (!t.max_length || ids.length <= t.max_length) return ids;
+  return [...ids.slice(0, t.max_length - 1), ids[ids.length - 1]];
+}
+
+// The first use loads the tokenizer and the encoder (fetch + parse): timed apart from the queries.
+function timedLoad(key, promise) {
+  const t0 = performance.now();
+  return promise.then((v) => { state.textLoadMs[key] = performance.now() - t0; return v; });
+}
+
 function textSession() {
   const t = textConfig();
   if (!state.textSession) {
-    state.textSession = ort.InferenceSession.create(t.file, { executionProviders: ['wasm'], graphOptimizationLevel: 'all' })
+    state.textSession = timedLoad('encoder', ort.InferenceSession.create(t.file, { executionProviders: ['wasm'],
+                                                                                   graphOptimizationLevel: 'all' }))
       .catch((e) => { state.textSession = null;
         throw new UserError(`The text encoder could not be loaded (${String(e.message || e).split('\n')[0]}). ` +
                             'Rebuild the site with "invoke build --target web".'); });
@@ -112,30 +156,44 @@ function textSession() {
   return state.textSession;
 }
 
-// texts -> L2-normalised embeddings [n, D] (Float32Array), token ids, and the encoder's run time.
-// One run per text (batch 1: what the page does), or padded batches of `batch` texts (the verifier:
-// padding must not change an embedding).
+// texts -> embeddings [n, D] (Float32Array), token ids, and the time per text (tokenize + encode,
+// performance.now() around each; the first use's loading is not counted). MiniLM: one run per text
+// (batch 1: what the page does), or padded batches of `batch` texts (the verifier: padding must not
+// change an embedding). arr-coc-0-1's encoder takes one text's ids, [T] with no batch dimension.
 async function embedTexts(texts, batch = 1) {
   const t = textConfig();
   const [tokenizer, s] = await Promise.all([textTokenizer(), textSession()]);
-  const encoded = texts.map((x) => tokenizer.encode(x).ids);
+  const run = t.kind === 'qwen-token-mean' ? runQwen : runMiniLM;
   const dim = state.config.query_dim;
   const out = new Float32Array(texts.length * dim);
-  let ms = 0, row = 0;
-  for (let start = 0; start < encoded.length; start += batch) {
-    const group = encoded.slice(start, start + batch);
-    const T = Math.max(...group.map((e) => e.length));
-    const ids = new BigInt64Array(group.length * T), mask = new BigInt64Array(group.length * T);  // 0 = [PAD]
-    group.forEach((e, i) => e.forEach((id, j) => { ids[i * T + j] = BigInt(id); mask[i * T + j] = 1n; }));
-    const feeds = { [t.inputs[0]]: new ort.Tensor('int64', ids, [group.length, T]),
-                    [t.inputs[1]]: new ort.Tensor('int64', mask, [group.length, T]) };
+  const ids = [], tokenizeMs = [], encodeMs = [];
+  const step = t.kind === 'qwen-token-mean' ? 1 : batch;
+  for (let start = 0; start < texts.length; start += step) {
+    const group = texts.slice(start, start + step);
     const t0 = performance.now();
-    const res = await s.run(feeds);
-    ms += performance.now() - t0;
-    out.set(res[t.output].data, row * dim);
-    row += group.length;
+    const encoded = group.map((x) => tokenIds(tokenizer, x));
+    const t1 = performance.now();
+    out.set(await run(s, t, encoded), start * dim);
+    const t2 = performance.now();
+    ids.push(...encoded);
+    group.forEach(() => { tokenizeMs.push((t1 - t0) / group.length); encodeMs.push((t2 - t1) / group.length); });
   }
-  return { embeddings: out, ids: encoded, ms };
+  return { embeddings: out, ids, tokenizeMs, encodeMs, ms: tokenizeMs.map((x, i) => x + encodeMs[i]) };
+}
+
+async function runMiniLM(s, t, group) {
+  const T = Math.max(...group.map((e) => e.length));
+  const ids = new BigInt64Array(group.length * T), mask = new BigInt64Array(group.length * T);  // 0 = [PAD]
+  group.forEach((e, i) => e.forEach((id, j) => { ids[i * T + j] = BigInt(id); mask[i * T + j] = 1n; }));
+  const res = await s.run({ [t.inputs[0]]: new ort.Tensor('int64', ids, [group.length, T]),
+                            [t.inputs[1]]: new ort.Tensor('int64', mask, [group.length, T]) });
+  return res[t.output].data;
+}
+
+async function runQwen(s, t, [ids]) {
+  if (!ids.length) throw new UserError('This query has no tokens, so it has no embedding: type a word or two.');
+  const res = await s.run({ [t.inputs[0]]: new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [ids.length]) });
+  return res[t.output].data;
 }
 
 // ---------- images ----------
@@ -314,7 +372,8 @@ function drawResult(res) {
   if (q.kind === 'text') {
     $('ran-query').textContent = `typed: "${shorten(q.label)}" (${q.label.length} characters, ${q.tokens} tokens)`;
     $('ran-query').title = q.label;
-    $('encoder').textContent = `${state.config.text_encoder.name}, in this page: ${q.encoderMs.toFixed(1)} ms`;
+    $('encoder').textContent = `${state.config.text_encoder.name}, in this page: ${q.encoderMs.toFixed(1)} ms ` +
+      `(tokenize ${q.tokenizeMs.toFixed(1)} + encode ${q.encodeMs.toFixed(1)})`;
   } else {
     $('ran-query').textContent = `preset: "${q.label}"`;
     $('ran-query').title = '';
@@ -354,7 +413,8 @@ async function runCurrent() {
   const { pixels, height, width } = state.image;
   const res = await runModel(model, pixels, height, width, query.embedding);
   res.model = model;
-  res.query = { kind: query.kind, label: query.label, encoderMs: query.encoderMs, tokens: query.tokens };
+  res.query = { kind: query.kind, label: query.label, encoderMs: query.encoderMs, tokenizeMs: query.tokenizeMs,
+                encodeMs: query.encodeMs, tokens: query.tokens };
   state.last = res;
   drawResult(res);
   if (state.firstResultMs === null) state.firstResultMs = performance.now();
@@ -396,8 +456,9 @@ async function runText(text) {
   if (!text.trim()) throw new UserError('The query box is empty: type what to look for (e.g. "a striped tail"), or pick a preset.');
   if (!state.image) throw new UserError('Open a photo first.');
   setStatus('encoding the query…');
-  const { embeddings, ids, ms } = await embedTexts([text]);
-  state.query = { kind: 'text', label: text, embedding: embeddings, encoderMs: ms, tokens: ids[0].length };
+  const { embeddings, ids, ms, tokenizeMs, encodeMs } = await embedTexts([text]);
+  state.query = { kind: 'text', label: text, embedding: embeddings, encoderMs: ms[0], tokenizeMs: tokenizeMs[0],
+                  encodeMs: encodeMs[0], tokens: ids[0].length };
   return runCurrent();
 }
 
@@ -578,12 +639,20 @@ window.arrcoc = {
   compareTopk: (relevance, refTopk, gotTopk, n, k, tie) => compare(
     { relevance, weights: [], topk: gotTopk }, { relevance, weights: [], topk: refTopk }, n, k, tie),
   // The tokenizer and the text encoder, for the verifier's parity check against Python.
-  async tokenize(texts) { const tok = await textTokenizer(); return texts.map((x) => tok.encode(x).ids); },
+  async tokenize(texts) { const tok = await textTokenizer(); return texts.map((x) => tokenIds(tok, x)); },
+  // The same for many short texts (the code-point sweep): ids as base64 uint32, lengths as uint16.
+  async tokenizePacked(texts) {
+    const tok = await textTokenizer();
+    const ids = [], lengths = new Uint16Array(texts.length);
+    texts.forEach((x, i) => { const e = tokenIds(tok, x); lengths[i] = e.length; ids.push(...e); });
+    return { ids: u8ToB64(new Uint8Array(Uint32Array.from(ids).buffer)), lengths: u8ToB64(new Uint8Array(lengths.buffer)) };
+  },
   async embedTexts(texts, batch = 1) {
     const r = await embedTexts(texts, batch);
-    return { embeddings: f32ToB64(r.embeddings), ms: r.ms };
+    return { embeddings: f32ToB64(r.embeddings), ms: r.ms, tokenizeMs: r.tokenizeMs, encodeMs: r.encodeMs };
   },
   runText: (text) => guarded(() => runText(text)),
+  textLoadMs: () => state.textLoadMs,
   threads: () => ort.env.wasm.numThreads,
   imageSize: () => state.bitmap && [state.bitmap.width, state.bitmap.height],  // after EXIF rotation
   // What the model was last fed: shape [b,H,W,3] and dtype; lastInputPixels() gives the bytes (base64).
@@ -628,9 +697,11 @@ function populate() {
   c.models.forEach((m) => $('model').add(new Option(`${m.name.toUpperCase()} (${(m.bytes / 1024).toFixed(0)} KB)`, m.name)));
   $('model-note').textContent = c.note || '';
   $('text-note').textContent = c.text_encoder
-    ? `Typed queries: tokenized and embedded here by ${c.text_encoder.name} (${(c.text_encoder.bytes / 1048576).toFixed(1)} MB, loaded on first use).`
+    ? `Typed queries: tokenized and embedded here by ${c.text_encoder.name} (${(c.text_encoder.bytes / 1048576).toFixed(1)} MB ` +
+      'with its tokenizer, loaded on first use).'
     : (c.text_note || 'Free-text queries are not available in this build: presets only.');
-  if (state.presets.note) $('footer-note').textContent = `Preset queries: ${state.presets.encoder}.`;
+  $('footer-note').textContent = `Preset query embeddings were computed at build time (${state.presets.encoder})` +
+    (c.text_encoder ? `; a typed query is tokenized and embedded in this page by ${c.text_encoder.name}.` : '.');
   c.samples.forEach((s) => {
     const b = document.createElement('button');
     b.type = 'button';

