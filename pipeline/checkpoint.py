@@ -132,6 +132,15 @@ def _read_safetensors(path: Path) -> tuple[dict, ModelConfig, dict]:
 
 
 def _read_reference(path: Path) -> tuple[dict, list[str]]:
+    state = read_state_dict(path)
+    ignored = sorted(k for k in state if k.startswith(IGNORED_PREFIXES))
+    tensors = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
+    return tensors, ignored
+
+
+def read_state_dict(path: Path) -> dict:
+    """A reference .pt/.pth as its state dict: memory-mapped, pickled code refused, a wrapper dict
+    and DataParallel's 'module.' prefix removed. Keys of the frozen base model are kept."""
     try:
         with warnings.catch_warnings():  # pickle-protocol notices are noise next to our one line
             warnings.simplefilter("ignore")
@@ -146,10 +155,7 @@ def _read_reference(path: Path) -> tuple[dict, list[str]]:
             f"{path}: not a readable PyTorch file ({_short(exc)})",
             "the file is truncated or corrupt: re-download or re-save it",
         ) from exc
-    state = _unwrap_state_dict(obj, path)
-    ignored = sorted(k for k in state if k.startswith(IGNORED_PREFIXES))
-    tensors = {k: v for k, v in state.items() if not k.startswith(IGNORED_PREFIXES)}
-    return tensors, ignored
+    return _unwrap_state_dict(obj, path)
 
 
 def _load_mapped(path: Path):

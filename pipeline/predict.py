@@ -90,17 +90,19 @@ def _bench_order(out: Path, names: dict) -> list[str]:
     return sorted(best, key=best.get)
 
 
-def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, manifest: dict) -> np.ndarray:
+def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, manifest: dict,
+                 targets: dict) -> np.ndarray:
     """The query as float32 [1, D]: from a .npy of shape [D], or a sentence through the encoder
-    this checkpoint has (the published arr-coc-0-1 encoder, else MiniLM for D=384)."""
+    this checkpoint has: a published one (arr-coc-0-1's, Target.encode_query), else MiniLM for D=384."""
     if embedding is not None:
         return _embedding_file(embedding, dim)
     if not text.strip():
         raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
-    entry = (manifest.get("targets") or {}).get("text-encoder") or {}
-    variant = (entry.get("variants") or {}).get("fp16") or {}
-    if entry.get("status") == "published" and (variant.get("info") or {}).get("kind") == "qwen-token-mean":
-        return _published_qwen_query(text, out, entry)
+    for name, entry in (manifest.get("targets") or {}).items():
+        if entry.get("status") == "published" and name in targets and not targets[name].missing_modules():
+            query = targets[name].encode_query(out, entry, text)
+            if query is not None:
+                return query
     from . import text_encoder
 
     if dim != text_encoder.EMBED_DIM:
@@ -130,21 +132,6 @@ def _embedding_file(embedding: Path, dim: int) -> np.ndarray:
     return vec[None]
 
 
-def _published_qwen_query(text: str, out: Path, entry: dict) -> np.ndarray:
-    """The published arr-coc-0-1 encoder in onnxruntime, on the ids of its own tokenizer.json."""
-    import onnxruntime as ort
-
-    from .qwen_query import load_tokenizer, token_ids
-
-    check_published(out, entry, "fp16")
-    model, tokenizer = (out / f for f in entry["variants"]["fp16"]["files"][:2])
-    ids = token_ids(load_tokenizer(tokenizer), text)
-    if not ids:
-        raise InputError("--query has no tokens", "type the question, e.g. --query 'where is the cat?'")
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    return session.run(["query_embedding"], {"input_ids": np.asarray(ids, np.int64)})[0].astype(np.float32)
-
-
 def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: str | None,
             embedding: Path | None, runtime: str | None) -> Prediction:
     settings = (manifest.get("checkpoint") or {}).get("model") or {}
@@ -152,7 +139,7 @@ def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: st
     names = runnable(manifest, targets)
     name = choose_runtime(runtime, names, out)
     photo = load_photo(photo_path)
-    query = query_vector(text, embedding, dim, out, manifest)
+    query = query_vector(text, embedding, dim, out, manifest, targets)
     target, variant = names[name]
     entry = manifest["targets"][target]
     check_published(out, entry, variant)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checkpoint import read_state_dict
 from .errors import InputError, MissingExtraError
 
 TABLE_KEY_CHECKPOINT = "base_model.model.language_model.embed_tokens.weight"
@@ -59,18 +60,7 @@ def table_in_checkpoint(path: Path) -> Table | None:
     when the checkpoint does not carry it (ours never does)."""
     if path.suffix.lower() not in (".pt", ".pth"):
         return None
-    try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-    except (RuntimeError, OSError, ValueError):  # not a zip archive: legacy format, read whole
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-    for wrapper in ("state_dict", "model_state_dict", "model"):
-        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
-            state = state[wrapper]
-    table = None
-    for key in (TABLE_KEY_CHECKPOINT, "module." + TABLE_KEY_CHECKPOINT):
-        table = state.get(key) if isinstance(state, dict) else None
-        if table is not None:
-            break
+    table = read_state_dict(path).get(TABLE_KEY_CHECKPOINT)
     if table is None:
         return None
     return Table(table, tuple(table.shape), f"checkpoint {path.name}: {TABLE_KEY_CHECKPOINT}")

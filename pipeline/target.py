@@ -121,6 +121,11 @@ class Target:
         this target's real runtime, for `invoke predict`. None: no runtime for it in this process."""
         return None
 
+    def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:
+        """Optional: `text` as the checkpoint's query, float32 [1, D], through this target's published
+        encoder (files listed in `entry`, under `out`), for `invoke predict --query`. None: no encoder."""
+        return None
+
     def bench_cases(self, out: Path, entry: dict) -> list:
         """Optional: `pipeline.bench.BenchCase`s for `invoke bench`, built from this target's
         published files in `out` (`entry` is its manifest entry). The harness times every

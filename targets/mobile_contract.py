@@ -140,8 +140,7 @@ def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
     if table is None:
         return None
     path, origin = qq.tokenizer_file(base_model)
-    tokenizer = qq.load_tokenizer(path)
-    qq.check_table(table, cfg.query_dim, tokenizer, origin)
+    tokenizer = qq.load_tokenizer(path)  # the build core checked it against the table (check_sources)
     items = []
     for text in sentences:
         ids = qq.token_ids(tokenizer, text)

@@ -278,6 +278,23 @@ class TextEncoderTarget(Target):
 
         return embed(golden_sentences(split))
 
+    def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:
+        """arr-coc-0-1's published encoder in onnxruntime, on the ids of its own tokenizer.json (a
+        MiniLM build: None, predict uses the Python sentence encoder)."""
+        variant = (entry.get("variants") or {}).get("fp16") or {}
+        if (variant.get("info") or {}).get("kind") != QWEN_KIND:
+            return None
+        from pipeline import qwen_query as qq
+        from pipeline.errors import InputError
+        from pipeline.predict import check_published
+
+        check_published(out, entry, "fp16")
+        model, tokenizer = (out / f for f in variant["files"][:2])
+        ids = qq.token_ids(qq.load_tokenizer(tokenizer), text)
+        if not ids:
+            raise InputError("--query has no tokens", "type the question, e.g. --query 'where is the cat?'")
+        return qwen_embed(onnx_common.ort_session(model), [ids]).astype(np.float32)
+
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         if variant.info.get("kind") == QWEN_KIND:
             return inspect_qwen(ctx, variant)
@@ -344,8 +361,7 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
 
     from . import qwen_encoder as qe
 
-    tokenizer = qq.load_tokenizer(tokenizer_path)
-    qq.check_table(table, ctx.config.query_dim, tokenizer, tokenizer_origin)
+    tokenizer = qq.load_tokenizer(tokenizer_path)  # the build core checked it against the table (check_sources)
     texts, ids = qe.corpus(tokenizer, SENTENCES)
     ctx.log(f"text-encoder: arr-coc-0-1's query encoder from {table.origin}; exact queries for {len(texts)} texts")
     exact = np.stack([qq.exact_query(table, i) for i in ids])
