@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -90,6 +91,15 @@ def page(browser, site):
     yield pg
     pg.p.close()
     assert pg.errors == [], f"console errors: {pg.errors}"
+
+
+def shows_ms(text: str, pattern: str, *measured: float) -> None:
+    """The times the page printed (toFixed(1)) are the measured ones. Parsed, not formatted here:
+    JS rounds a tie such as 190.25 up and Python's format rounds it to even (a flaky miss, seen)."""
+    found = re.search(pattern, text)
+    assert found, (pattern, text)
+    for got, want in zip(found.groups(), measured):
+        assert float(got) == pytest.approx(want, abs=0.0501), (text, measured)
 
 
 def heat_pixels(pg: Page) -> int:
@@ -397,7 +407,8 @@ def test_a_12_megapixel_photo_runs_whole_in_the_page(page, golden, built, tmp_pa
     ref = _python_fp32(site, pil, _preset(site))
     rel_err = float(np.abs(np.asarray(last["relevance"], np.float32) - ref["relevance"][0]).max())
     shown = pg.p.text_content("#latency")
-    assert f"{last['ms']:.1f} ms" in shown and "4032×3024" in shown
+    shows_ms(shown, r"([\d.]+) ms", last["ms"])
+    assert "4032×3024" in shown
     SHOTS.mkdir(exist_ok=True)
     (SHOTS / "web-12mp.json").write_text(json.dumps({"ms": last["ms"], "shown": shown, "threads": pg.p.evaluate(
         "window.arrcoc.threads()"), "same_pixels_as_pil": same_pixels, "relevance_max_abs_vs_python": rel_err}) + "\n")
@@ -647,7 +658,7 @@ def test_free_text_query_draws_a_heatmap(page, text_config):
     # the time per query is tokenize + encode, both shown
     q = typed["query"]
     assert q["encoderMs"] == pytest.approx(q["tokenizeMs"] + q["encodeMs"])
-    assert f"tokenize {q['tokenizeMs']:.1f} + encode {q['encodeMs']:.1f}" in encoder
+    shows_ms(encoder, r"\(tokenize ([\d.]+) \+ encode ([\d.]+)\)", q["tokenizeMs"], q["encodeMs"])
     # the same words typed vs the preset embedded in Python: the INT8 browser encoder lands close
     rel_err = np.abs(np.asarray(typed["relevance"]) - np.asarray(preset["relevance"])).max()
     overlap = len(set(typed["topk"]) & set(preset["topk"])) / len(preset["topk"])

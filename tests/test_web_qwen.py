@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
 from targets import web as web_target  # noqa: E402
-from tests.test_web import SHOTS, Page, heat_pixels  # noqa: E402
+from tests.test_web import SHOTS, Page, heat_pixels, shows_ms  # noqa: E402
 
 if not web_target.CHROMIUM.is_file():
     pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
@@ -179,7 +179,9 @@ def test_typed_query_in_the_page_gives_pythons_top_k(built, page):
         assert np.abs(np.asarray(last["relevance"], np.float32) - ref["relevance"][0]).max() <= gate["max"]["relevance_max_abs"]
         encoder = pg.p.text_content("#encoder")
         q = last["query"]
-        assert "arr-coc-0-1" in encoder and f"{q['encoderMs']:.1f} ms (tokenize {q['tokenizeMs']:.1f} + encode" in encoder
+        assert "arr-coc-0-1" in encoder
+        shows_ms(encoder, r"([\d.]+) ms \(tokenize ([\d.]+) \+ encode ([\d.]+)\)",
+                 q["encoderMs"], q["tokenizeMs"], q["encodeMs"])
         assert q["encoderMs"] > 0 and pg.p.is_hidden("#message")
     SHOTS.mkdir(exist_ok=True)
     pg.p.screenshot(path=str(SHOTS / "web-demo-qwen.png"), full_page=True)
