@@ -16,14 +16,16 @@ DEFAULT_CHECKPOINT = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
 DEFAULT_OUT = REPO / "artifacts"
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+def size_cells(size: int | None, budget: int | None) -> tuple[str, str]:
+    """(size, rule) in one unit per row, the budget's: `224.8 KB`, `<= 226.4 KB: 1.6 KB under`."""
+    if size is None:
+        return "-", "-"
+    scale, unit = (1024 * 1024, "MB") if (budget or size) >= 10 * 1024 * 1024 else (1024, "KB")
+    fmt = lambda n: f"{n / scale:.1f} {unit}"  # noqa: E731
+    if not budget:
+        return fmt(size), "no budget"
+    margin = budget - size
+    return fmt(size), f"<= {fmt(budget)}: {fmt(abs(margin))} {'under' if margin >= 0 else 'OVER'}"
 
 
 def parity_cell(report) -> str:
@@ -40,25 +42,22 @@ def parity_cell(report) -> str:
 
 
 def summary_rows(result) -> list[list[str]]:
+    """One labelled row per variant: its target, name, status, size and size rule, parity."""
     rows = []
     for stage in result.stages:
-        reports = stage.variants or [None]
-        for i, report in enumerate(reports):
-            name = stage.target.name if i == 0 else ""
-            variant = report.variant.name if report else "-"
-            status = stage.status if i == 0 else ""
-            if report and report.status != ("verified" if stage.status == "published" else stage.status):
-                status = (status + f" ({report.status})").strip()
-            rows.append([
-                name, variant, status,
-                human_bytes(report.metrics.get("size_bytes")) if report else "-",
-                parity_cell(report),
-                f"{stage.seconds:.1f}s" if i == 0 else "",
-            ])
+        if not stage.variants:
+            rows.append([stage.target.name, "-", stage.status, "-", "-", "-", f"{stage.seconds:.1f}s"])
+        for i, report in enumerate(stage.variants):
+            status = stage.status
+            if report.status != ("verified" if stage.status == "published" else stage.status):
+                status = f"{status} ({report.status})"
+            size, rule = size_cells(report.metrics.get("size_bytes"), report.variant.size_budget)
+            rows.append([stage.target.name, report.variant.name, status, size, rule, parity_cell(report),
+                         f"{stage.seconds:.1f}s" if i == 0 else ""])
     return rows
 
 
-def format_table(rows: list[list[str]], header=("target", "variant", "status", "size", "parity", "time")) -> str:
+def format_table(rows: list[list[str]], header=("target", "variant", "status", "size", "size rule", "parity", "time")) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])

@@ -59,19 +59,43 @@ class Gate:
     tie_tolerance: float = 1e-3
 
     def failures(self, metrics: dict) -> list[str]:
+        return [text for _, text in self._judged(metrics)]
+
+    def size_failures(self, metrics: dict) -> list[str]:
+        """Only the size rule: what a host that cannot run the artifact can still hold it to."""
+        return [text for name, text in self._judged(metrics) if name == "size_bytes"]
+
+    def parity_failures(self, metrics: dict) -> list[str]:
+        return [text for name, text in self._judged(metrics) if name != "size_bytes"]
+
+    def _judged(self, metrics: dict) -> list[tuple[str, str]]:
         out = []
         for name, limit in self.maxima.items():
             value = metrics.get(name)
             if value is None or not np.isfinite(value) or value > limit:
-                out.append(f"{name}={_fmt(value)} > {limit:g}")
+                # a size in bytes reads as a size rule with its margin, not as 2.326e+05 > 231992
+                out.append((name, f"size {size_rule(value, limit)}" if name == "size_bytes" and value is not None
+                            else f"{name}={_fmt(value)} > {limit:g}"))
         for name, limit in self.minima.items():
             value = metrics.get(name)
             if value is None or not np.isfinite(value) or value < limit:
-                out.append(f"{name}={_fmt(value)} < {limit:g}")
+                out.append((name, f"{name}={_fmt(value)} < {limit:g}"))
         return out
 
     def to_dict(self) -> dict:
         return {"max": dict(self.maxima), "min": dict(self.minima), "tie_tolerance": self.tie_tolerance}
+
+
+def kb(n: float) -> str:
+    """Sizes in the one unit people compare them in: KB (1024 B), one decimal."""
+    return f"{n / 1024:.1f} KB"
+
+
+def size_rule(size: float, budget: float) -> str:
+    """A size rule with its margin: `227.2 KB of 226.6 KB budget: over by 0.6 KB (656 B)`."""
+    margin = int(budget) - int(size)
+    verdict = "under by" if margin >= 0 else "over by"
+    return f"{kb(size)} of {kb(budget)} budget: {verdict} {kb(abs(margin))} ({abs(margin)} B)"
 
 
 def _fmt(value) -> str:

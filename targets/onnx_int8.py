@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.errors import ExportError, GateError, InputError
 from pipeline.golden import MIN_CALIBRATION, QUERY_SEED, GoldenSplit, load_photo, reference_outputs, seeded_queries
-from pipeline.parity import LOSSLESS, LOSSY, Gate, parity_metrics
+from pipeline.parity import LOSSLESS, LOSSY, Gate, kb, parity_metrics, size_rule
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
 from . import onnx_common, ort_mobile
@@ -216,34 +216,116 @@ def measure(path: Path, split: GoldenSplit, tie_tolerance: float) -> dict:
 
 
 def select(ctx: BuildContext, fp32: Path, split: GoldenSplit, a16: bool,
-           budget_base: int | None = None) -> tuple[Path | None, dict | None, list[dict]]:
-    """Quantise with every candidate, measure on the calibration split, keep the best that passes.
-    budget_base: the bytes the size rule is a ratio of (the published FP32 artifact)."""
-    gate = int8_gate(budget_base or fp32.stat().st_size)
+           published_fp32: Path | None = None) -> tuple[Path | None, dict | None, list[dict]]:
+    """Quantise `fp32` with every candidate, measure on the calibration split, convert the ones that
+    pass to ORT format (their .ort is published too, so its budget is part of the choice) and choose
+    with `choose`. published_fp32: the FP32 artifact the size rules are ratios of (default: fp32)."""
+    published_fp32 = published_fp32 or fp32
+    base = published_fp32.stat().st_size
+    gate = int8_gate(base)
     learned = learned_weight_names(ctx)
     scratch = ctx.staging / ".candidates"
     scratch.mkdir(exist_ok=True)
-    results, best = [], None
-    for cand in CANDIDATES:
+    rows, paths = [], {}
+    for order, cand in enumerate(CANDIDATES):
         path = scratch / f"{fp32.stem}-{cand.name}{'-a16' if a16 else ''}.onnx"
         summary = quantize(fp32, path, split, cand, learned, a16)
         metrics = measure(path, split, gate.tie_tolerance)
-        failures = gate.failures(metrics)
-        row = {**cand.describe(), **summary, "activations": "uint16" if a16 else "int8", "passed": not failures,
-               "failures": failures, **{k: metrics[k] for k in _SELECTION_KEYS}}
-        results.append(row)
-        ctx.log(f"[onnx-int8] candidate {cand.name} ({row['activations']} activations): top-K "
-                f"{metrics['topk_overlap_mean']:.3f} (min {metrics['topk_overlap_min']:.3f}), "
-                f"rel mean {metrics['relevance_mean_abs']:.1e}, {metrics['size_bytes']} B"
-                f"{'' if not failures else ' -> rejected: ' + ', '.join(failures)}")
-        # best = highest overlap, then lowest error, then smallest file
-        key = (metrics["topk_overlap_mean"], metrics["topk_overlap_min"], -metrics["relevance_mean_abs"], -metrics["size_bytes"])
-        if not failures and (best is None or key > best[0]):
-            best = (key, path, row)
-    return (best[1], best[2], results) if best else (None, None, results)
+        rows.append({**cand.describe(), **summary, "order": order, "activations": "uint16" if a16 else "int8",
+                     **{k: metrics[k] for k in _SELECTION_KEYS}})
+        paths[cand.name] = path
+    passing = {r["name"]: paths[r["name"]] for r in rows if not gate.failures(r)}
+    if passing:  # only these can be chosen; converting the others would cost time for nothing
+        fp32_ort, sizes = ort_sizes(ctx, published_fp32, passing)
+        for row in rows:
+            if row["name"] in sizes:
+                row["ort_bytes"], row["ort_budget"] = sizes[row["name"]], ort_budget(base, fp32_ort)
+    for row in rows:
+        row["failures"] = row_failures(row, gate)
+        row["passed"] = not row["failures"]
+        ctx.log(f"[onnx-int8] candidate {row['name']} ({row['activations']} activations): top-K "
+                f"{row['topk_overlap_mean']:.3f} (min {row['topk_overlap_min']:.3f}), "
+                f"rel mean {row['relevance_mean_abs']:.1e}, {kb(row['size_bytes'])}"
+                f"{'' if 'ort_bytes' not in row else ' (.ort ' + kb(row['ort_bytes']) + ')'}"
+                f"{'' if row['passed'] else ' -> rejected: ' + ', '.join(row['failures'])}")
+    chosen = choose(rows)
+    return (paths[chosen["name"]], chosen, rows) if chosen else (None, None, rows)
 
 
 _SELECTION_KEYS = ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "relevance_max_abs", "size_bytes")
+
+# How far apart two candidates' calibration metrics may be and still count as equal quality. The
+# choice must not depend on the build host: measured between a 2-core AMD EPYC (AVX-512 VNNI) and
+# an Intel host, relevance_mean_abs of the same candidate moved by 0.14% (int8 kernels round
+# differently) while top-K overlap did not move. The tolerances are 70x that, and two opposite
+# patch swaps on the top-K metrics (2/K on the min at K=64; 2/(K*n) on the mean). Below them a
+# difference is noise, and the smaller file wins.
+TIE_TOLERANCE = {"topk_overlap_mean": 0.005, "topk_overlap_min": 0.04, "relevance_mean_rel": 0.10}
+
+
+CHOICE_RULE = ("among the candidates that pass every gate (calibration parity, the .onnx and the .ort size "
+               "budgets), those equal to the best within tie_tolerance on every quality metric; of those the "
+               "smallest .ort (what phones ship), then the smallest .onnx, then the fixed candidate order. Sizes "
+               "are the same on every host, so the choice only changes when a metric moves by more than its "
+               "tolerance")
+
+
+def row_failures(row: dict, gate: Gate) -> list[str]:
+    """Every rule a candidate must pass to be published: its gate on calibration, then its .ort's
+    budget (a candidate whose .ort was not converted failed the first already)."""
+    failures = gate.failures(row)
+    if "ort_bytes" in row and row["ort_bytes"] > row["ort_budget"]:
+        failures.append(f"ort {size_rule(row['ort_bytes'], row['ort_budget'])}")
+    return failures
+
+
+def choose(rows: list[dict]) -> dict | None:
+    """The candidate to publish, by CHOICE_RULE (rows carry their `failures` from row_failures)."""
+    passing = [r for r in rows if not r["failures"]]
+    if not passing:
+        return None
+    best_mean = max(r["topk_overlap_mean"] for r in passing)
+    best_min = max(r["topk_overlap_min"] for r in passing)
+    best_rel = min(r["relevance_mean_abs"] for r in passing)
+    equal = [r for r in passing
+             if r["topk_overlap_mean"] >= best_mean - TIE_TOLERANCE["topk_overlap_mean"]
+             and r["topk_overlap_min"] >= best_min - TIE_TOLERANCE["topk_overlap_min"]
+             and r["relevance_mean_abs"] <= best_rel * (1 + TIE_TOLERANCE["relevance_mean_rel"])]
+    return min(equal, key=lambda r: (r.get("ort_bytes", 0), r["size_bytes"], r["order"]))
+
+
+# What another host rebuilding from the same checkpoint and pins gets, file by file. Sizes decide
+# gates and the choice above, so they must not move; bytes may, and the manifest says where.
+REPRODUCIBILITY = {
+    "int8": {"size": "same on every host (the candidate's structure fixes it)",
+             "bytes": "same from build to build on one host (measured: two builds, same sha256); may differ on "
+                      "another CPU: the activation scales are MinMax over onnxruntime outputs computed by this "
+                      "host's float kernels, so a scale can move by an ulp"},
+    "ort": {"size": "same on every host (measured by issue 28's reporter: AMD EPYC and Intel gave 506,056 and "
+                    "232,648 B for the same two .onnx files)",
+            "bytes": "same from build to build on one host (fixed memory layout for the converter; measured: two "
+                     "builds, same sha256); NOT the same across hosts (the reporter's AMD and Intel files differ): "
+                     "compare .ort files from two hosts by size and parity, not by sha256"},
+}
+
+
+def ort_budget(fp32_onnx_bytes: int, fp32_ort_bytes: int) -> int:
+    """The quantised .ort's budget: the INT8 rule plus the ORT format's fixed cost per graph (node
+    and kernel tables), measured as fp32.ort - fp32.onnx, so it is held to the same 35% rule for
+    what it actually stores."""
+    return int(fp32_onnx_bytes * SIZE_RATIO) + max(0, fp32_ort_bytes - fp32_onnx_bytes)
+
+
+def ort_sizes(ctx: BuildContext, fp32: Path, models: dict[str, Path]) -> tuple[int, dict[str, int]]:
+    """Bytes of the FP32 model and of each candidate in ORT format, converted together (one
+    converter process) exactly as the published .ort files are."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ort-sizes-", dir=ctx.staging / ".candidates") as tmp:
+        named = {"fp32.ort": fp32, **{f"{name}.ort": path for name, path in models.items()}}
+        written = ort_mobile.convert(named, Path(tmp), lambda _msg: None)
+        sizes = {name: written[f"{name}.ort"].stat().st_size for name in models}
+        return written["fp32.ort"].stat().st_size, sizes
 
 
 # ---------------------------------------------------------------- the target
@@ -285,6 +367,8 @@ class OnnxInt8Target(Target):
             "candidates": tried, "fp32_onnx_bytes": fp32_bytes,
             "size_ratio_vs_fp32": round(model.stat().st_size / fp32_bytes, 4),
             "speed_note": speed_note(row, ctx.checkpoint.model.participatory_scorer.form),
+            "selection": {"rule": CHOICE_RULE, "tie_tolerance": dict(TIE_TOLERANCE)},
+            "reproducibility": REPRODUCIBILITY["int8"],
         }
         gate = int8_gate(fp32_bytes)
         variants = [Variant(flavour, [model], gate, gate.maxima["size_bytes"], primary=True, info=quant_info)]
@@ -304,20 +388,19 @@ class OnnxInt8Target(Target):
         info = ort_mobile.describe(ctx.staging)
         fp32_budget = int(fp32_bytes * 1.25)  # the FP32 .ort re-serialises the same weights
         fp32_gate = Gate({**LOSSLESS.maxima, "size_bytes": fp32_budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
-        # The ORT format adds a fixed cost per graph (node and kernel tables: ~55 KB here, measured
-        # as fp32.ort - fp32.onnx), not per weight; the quantised .ort gets the INT8 budget plus
-        # that measured overhead, so it is held to the same 35% rule for what it actually stores.
         overhead = max(0, fp32_ort.stat().st_size - fp32_bytes)
-        q_budget = int(fp32_bytes * SIZE_RATIO) + overhead
+        q_budget = ort_budget(fp32_bytes, fp32_ort.stat().st_size)  # the rule select() already held it to
         q_gate = Gate({**LOSSY.maxima, "size_bytes": q_budget}, LOSSY.minima, LOSSY.tie_tolerance)
         info["ort_format_overhead_bytes"] = overhead
         ratio = lambda p: round(p.stat().st_size / fp32_bytes, 4)  # noqa: E731
         return [
             Variant("fp32-ort", [fp32_ort], fp32_gate, fp32_budget,
-                    info={**info, "source": "onnx/model.onnx", "size_ratio_vs_fp32_onnx": ratio(fp32_ort)}),
+                    info={**info, "source": "onnx/model.onnx", "size_ratio_vs_fp32_onnx": ratio(fp32_ort),
+                          "reproducibility": REPRODUCIBILITY["ort"]}),
             Variant(f"{flavour}-ort", [q_ort], q_gate, q_budget,
                     info={**info, "source": quantized.name, "size_ratio_vs_fp32_onnx": ratio(q_ort),
-                          "size_ratio_vs_fp32_ort": round(q_ort.stat().st_size / fp32_ort.stat().st_size, 4)}),
+                          "size_ratio_vs_fp32_ort": round(q_ort.stat().st_size / fp32_ort.stat().st_size, 4),
+                          "reproducibility": REPRODUCIBILITY["ort"]}),
         ]
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
@@ -421,7 +504,7 @@ def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
             if form not in sources:
                 sources[form] = make()
             source = sources[form]
-            chosen, row, rows = select(ctx, source, split, a16=a16, budget_base=fp32_bytes)
+            chosen, row, rows = select(ctx, source, split, a16=a16, published_fp32=fp32)
             tried += [{**r, "participatory_form": form} for r in rows]
             if chosen is not None:
                 return chosen, {**row, "participatory_form": form}, tried, flavour

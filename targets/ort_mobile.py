@@ -39,7 +39,9 @@ def convert(models: dict[str, Path], dest: Path, log) -> dict[str, Path]:
         _run_converter(Path(tmp))
         written = {}
         for ort_name in models:
-            produced = next(out_dir.glob(Path(ort_name).stem + "*.ort"), None)
+            # <stem>.<level>.ort, matched exactly: a glob on the stem would also take "<stem>-b.ort"
+            produced = out_dir / f"{Path(ort_name).stem}.{OPTIMIZATION_LEVEL}.ort"
+            produced = produced if produced.is_file() else None
             if produced is None:
                 raise ExportError(f"ORT converter wrote no {ort_name}", "rerun with --verbose to see its output")
             written[ort_name] = dest / ort_name
