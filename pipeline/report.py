@@ -252,6 +252,7 @@ def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: G
         "<link rel='icon' href='data:,'>", f"<style>{_CSS}</style></head><body>",
         "<h1>arrcoc-edge build report</h1>", _header(manifest),
         "<h2>Targets</h2>", _status_table(manifest), "<h2>Parity against the gates</h2>", _parity_table(rows),
+        "<h2>Sample apps: compiled and tested on this host</h2>", _apps_html(manifest),
         "<h2>Sizes</h2>", f"<img alt='sizes' src='data:image/png;base64,{size_figure(rows, onnx.get('size', {}).get('bytes'))}'>",
         "<h2>Latency (latest invoke bench)</h2>", _bench_table(bench),
         "<h2>Relevance maps side by side</h2>", _pictures(heldout, runs, manifest),
@@ -321,6 +322,49 @@ def _parity_table(rows: list[dict]) -> str:
     return "".join(out) + "</table>"
 
 
+def app_builds(manifest: dict) -> list[tuple[str, dict]]:
+    """(target, record) for every published variant that records how its app was compiled and
+    tested (`info.app_build`, written by the app targets)."""
+    return [(name, v["info"]["app_build"]) for name, e in manifest.get("targets", {}).items()
+            for v in (e.get("variants") or {}).values() if (v.get("info") or {}).get("app_build")]
+
+
+def _apps_html(manifest: dict) -> str:
+    builds = app_builds(manifest)
+    if not builds:
+        return "<p>No app target in this publish.</p>"
+    out = ["<table><tr><th>app</th><th>status</th><th>compiler, compiled against</th><th>files compiled</th>"
+           "<th>tests</th><th>not verified here</th></tr>"]
+    for name, b in builds:
+        t = b.get("tests") or {}
+        files = b.get("files_compiled") or []
+        against = "".join(f"<br><small>{html.escape(str(x))}</small>" for x in b.get("compiled_against") or [])
+        out.append(
+            f"<tr data-app='{html.escape(name)}'><td>{html.escape(name)}</td>"
+            f"<td class='{'pass' if b.get('status') == 'passed' else 'fail' if b.get('status') == 'failed' else ''}' "
+            f"data-field='app-status'>{html.escape(str(b.get('status')))}<br><small>{html.escape(b.get('reason') or '')}</small></td>"
+            f"<td>{html.escape(str(b.get('compiler') or '-'))}{against}</td>"
+            f"<td><details><summary>{len(files)} files</summary><small>{'<br>'.join(html.escape(f) for f in files)}</small></details></td>"
+            f"<td>{t.get('passed', 0)} of {t.get('run', 0)} passed ({html.escape(str(t.get('runner', '-')))})"
+            f"<details><summary>names</summary><small>{'<br>'.join(html.escape(n) for n in t.get('names') or [])}</small></details></td>"
+            f"<td><small>{'<br>'.join(html.escape(x) for x in b.get('not_verified') or [])}</small></td></tr>")
+    return "".join(out) + "</table>"
+
+
+def _apps_markdown(manifest: dict) -> list[str]:
+    builds = app_builds(manifest)
+    if not builds:
+        return []
+    lines = ["", "## Sample apps: compiled and tested on this host", "",
+             "| app | status | compiler | files compiled | tests passed | not verified here |", "|---|---|---|---|---|---|"]
+    for name, b in builds:
+        t = b.get("tests") or {}
+        lines.append(f"| {name} | {b.get('status')} {b.get('reason') or ''} | {b.get('compiler') or '-'} | "
+                     f"{len(b.get('files_compiled') or [])} | {t.get('passed', 0)} of {t.get('run', 0)} | "
+                     f"{'; '.join(b.get('not_verified') or [])} |".replace("\n", " "))
+    return lines
+
+
 def _fails(gate: dict, metric: str, value) -> bool:
     if value is None:
         return metric in gate.get("max", {}) or metric in gate.get("min", {})
@@ -376,6 +420,7 @@ def render_markdown(manifest: dict, bench: dict | None) -> str:
         lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {fmt_bytes(r['bytes'])} / {fmt_bytes(r['budget'])} | "
                      f"{fmt_metric(m.get('relevance_max_abs'))} | {fmt_metric(m.get('topk_overlap_mean'))} | "
                      f"{fmt_metric(m.get('topk_overlap_min'))} | {r['reason'].replace('|', '/')} |")
+    lines += _apps_markdown(manifest)
     if bench and bench.get("rows"):
         lines += ["", "## Latency (latest `invoke bench`)", "", "| case | runtime | batch | threads | median ms |", "|---|---|---|---|---|"]
         lines += [f"| {r.get('case')} | {r.get('runtime')} | {r.get('batch')} | {r.get('threads')} | {fmt_metric(r.get('median_ms'))} |"
