@@ -109,3 +109,22 @@ def test_report_renders_in_chromium(published):
     assert loaded and all(loaded), loaded
     assert status == "published"
     assert errors == []
+
+
+def test_report_shows_how_each_app_was_compiled_and_tested():
+    """info.app_build of an app variant (written by the android/ios stages) reaches both reports."""
+    from pipeline.report import app_builds, render_html, render_markdown
+
+    record = {"status": "passed", "reason": "", "compiler": "kotlinc-jvm 2.0.21 (JRE 17.0.15)",
+              "compiled_against": ["android.jar API 23"], "files_compiled": ["a/Contract.kt", "a/Golden.kt"],
+              "tests": {"runner": "JUnit 4.13.2", "run": 7, "passed": 7, "failed": 0, "names": ["contractParses"]},
+              "seconds": 50.0, "not_verified": ["the APK (Android Gradle Plugin)"]}
+    manifest = {"targets": {"android": {"status": "unverified", "variants": {
+        "app-assets": {"status": "unverified", "info": {"app_build": record}}}},
+        "onnx": {"status": "published", "variants": {"fp32": {"status": "verified", "size": {"bytes": 421636, "budget": 821266}}}}}}
+    assert app_builds(manifest) == [("android", record)]
+    page = render_html(manifest, None, [], None)
+    assert "data-app='android'" in page and "7 of 7 passed" in page and "kotlinc-jvm 2.0.21" in page
+    assert "a/Golden.kt" in page and "the APK (Android Gradle Plugin)" in page
+    md = render_markdown(manifest, None)
+    assert "| android | passed  | kotlinc-jvm 2.0.21 (JRE 17.0.15) | 2 | 7 of 7 |" in md
