@@ -6,6 +6,12 @@ folder), a golden bundle and a bundled sample photo, publishes them under `artif
 copies them into the app's resource folder, `mobile/ios/ArrcocDemo/Resources/` (where
 RelevanceModel.swift looks them up). ARRCOC_IOS_APP_DIR redirects that copy (the tests use it).
 
+Before anything is copied or published, the app's Foundation-only core (mobile/ios/ArrcocCore:
+contract, golden reader, parity metrics and gate, EXIF re-index) is compiled with Swift and its
+XCTest suite run against this very bundle (targets/ios_app.py), with the numbers of
+pipeline/parity.py and PIL; the record lands in the manifest as `app_build`. A compile error or a
+failing test fails the stage; no Swift on this host records "not run" and the build goes on.
+
 The app itself cannot run here (no Xcode, no iOS Simulator): `load` says so, the stage is
 `unverified`, and the on-device parity check is the app's XCTest (GoldenParityTests.swift),
 which re-runs the golden bundle on the phone against the gates written into contract.json.
@@ -16,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from pipeline.errors import ExportError, HostCapabilityError
@@ -24,8 +31,8 @@ from pipeline.golden import write_bundle
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import mobile_contract
-from .coreml import IMAGE_INPUT
+from . import ios_app, mobile_contract
+from .coreml import IMAGE_INPUT, mil_runner, mlmodel_runner
 from .mobile_contract import bundle_allowance, copy_to_app, write_sample  # shared with targets/android.py
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +75,11 @@ def package_entry(cfg, package: Path, report) -> dict:
         "image_input": IMAGE_INPUT,
         **mobile_contract.tensors(cfg, v.topk_dtype, image_dtype="float16"),
     }
+
+
+def package_runner(package: Path):
+    """The package in the runtime this host has: CoreML on macOS, else the NumPy MIL evaluator."""
+    return mlmodel_runner(package) if sys.platform == "darwin" else mil_runner(package)
 
 
 def check_packages(data: dict, folder: Path) -> list[str]:
@@ -122,8 +134,11 @@ class IosTarget(Target):
             "sample_golden": mobile_contract.SAMPLE_GOLDEN,
             "resources_folder": "Resources",
             "coreml_stage": {"status": upstream.status, "reason": upstream.reason},
+            "core_checks": ios_app.CHECKS,
         }
         path = mobile_contract.write_contract(ctx.staging / mobile_contract.CONTRACT_FILE, data)
+        runner = package_runner(ctx.staging / artifacts[default]["file"])
+        ios_app.write_core_checks(ctx.staging, data, runner.run, f"{default} package, {runner.runtime}")
         files = sorted(p for p in ctx.staging.rglob("*") if p.is_file())
         files.sort(key=lambda p: p != path)  # contract.json first: it names everything else
         measured = {k: v for k, v in chosen.metrics.items() if k != "size_bytes"}
@@ -134,6 +149,12 @@ class IosTarget(Target):
                   "parity_from": f"coreml stage, {default} package ({chosen.runtime})",
                   "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"]},
         )
+        check_packages(data, ctx.staging)
+        variant.info["app_build"] = ios_app.build_and_test(ctx.staging, ctx.log)
+        build = variant.info["app_build"]
+        ctx.log(f"[{self.name}] app core: {build['status']}"
+                + (f", {build['tests']['passed']}/{build['tests']['run']} XCTests passed in {build['seconds']} s"
+                   if build["status"] == "passed" else f" ({build['reason']})"))
         self._publish_to_app(ctx, variant, data)
         return [variant]
 

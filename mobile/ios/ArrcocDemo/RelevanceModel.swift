@@ -1,12 +1,8 @@
 // Loads a CoreML package named by contract.json, preprocesses photos per the contract and runs it.
+// The shell around ArrcocCore (contract, golden reader, Prediction, parity, Upright): only what needs
+// CoreML, UIKit or CoreGraphics is here, and none of it can be compiled off Apple's platforms.
 import CoreML
 import UIKit
-
-struct Prediction {
-    let relevance: [Float]      // num_patches scores in [0, 1], row-major (row * grid + col)
-    let topk: [Int]             // top_k patch indices
-    let weights: [Float]        // information, perspectival, participatory
-}
 
 final class RelevanceModel {
     let contract: Contract
@@ -119,29 +115,13 @@ final class RelevanceModel {
         .up: 1, .upMirrored: 2, .down: 3, .downMirrored: 4, .leftMirrored: 5, .right: 6, .rightMirrored: 7, .left: 8,
     ]
 
-    /// EXIF orientation -> how the upright photo reads the stored pixels: upright pixel (r, c) reads
-    /// stored pixel (a, b) with a = transpose ? c : r, b = transpose ? r : c, then a = storedHeight - 1 - a
-    /// if flipRows and b = storedWidth - 1 - b if flipCols. A pure re-indexing (no pixel blended); the
-    /// same table as the Android app and PIL's ImageOps.exif_transpose (tests/test_ios.py checks it).
-    static let orientations: [Int: (transpose: Bool, flipRows: Bool, flipCols: Bool)] = [
-        1: (false, false, false),
-        2: (false, false, true),
-        3: (false, true, true),
-        4: (false, true, false),
-        5: (true, false, false),
-        6: (true, true, false),
-        7: (true, true, true),
-        8: (true, false, true),
-    ]
-
     /// The photo's pixels upright, as stored, RGB, alpha dropped: (bytes [H*W*3], H, W).
     /// The CGImage (the pixels as stored, before orientation) is drawn once, at its own pixel size,
     /// into an RGBA8 context of that size in its own colour space when that is RGB (no colour
     /// conversion, as PIL does none; grey, CMYK or indexed photos are converted to sRGB by
-    /// CoreGraphics), with blend mode copy; then re-indexed upright per `orientations`.
-    /// Alpha: CoreGraphics bitmap contexts are premultiplied, so RGB is un-premultiplied here:
-    /// exact for opaque pixels (every camera photo), within rounding for translucent ones; a
-    /// fully transparent pixel's colour is lost and comes back black (PIL keeps it).
+    /// CoreGraphics), with blend mode copy; then re-indexed upright and un-premultiplied by
+    /// Upright.rgb (CoreGraphics bitmap contexts are always premultiplied: a fully transparent
+    /// pixel's colour is lost and comes back black, where PIL keeps it).
     static func uprightRGB(_ image: UIImage) throws -> ([UInt8], Int, Int) {
         guard let cg = image.cgImage else { throw AppError.badImage }
         let sw = cg.width, sh = cg.height, stride = sw * 4
@@ -159,26 +139,8 @@ final class RelevanceModel {
             return true
         }
         guard drawn else { throw AppError.badImage }
-        let o = orientations[exifOrientation[image.imageOrientation] ?? 1] ?? (false, false, false)
-        let height = o.transpose ? sw : sh, width = o.transpose ? sh : sw
-        var rgb = [UInt8](repeating: 0, count: height * width * 3)
-        var out = 0
-        for r in 0..<height {
-            for c in 0..<width {
-                var a = o.transpose ? c : r
-                var b = o.transpose ? r : c
-                if o.flipRows { a = sh - 1 - a }
-                if o.flipCols { b = sw - 1 - b }
-                let s = a * stride + b * 4
-                let alpha = Int(rgba[s + 3])
-                for k in 0..<3 {  // R, G, B; the alpha byte (s + 3) is dropped
-                    let v = Int(rgba[s + k])
-                    rgb[out + k] = UInt8(alpha == 255 || alpha == 0 ? v : min(255, (v * 255 + alpha / 2) / alpha))
-                }
-                out += 3
-            }
-        }
-        return (rgb, height, width)
+        return Upright.rgb(fromRGBA: rgba, height: sh, width: sw, bytesPerRow: stride,
+                           orientation: exifOrientation[image.imageOrientation] ?? 1)
     }
 }
 

@@ -1,6 +1,8 @@
 // Runs the golden bundle through every CoreML package that contract.json lists, on the device (or
 // the Simulator), and holds each to the gate the build wrote for it. This is the authoritative
 // CoreML parity check that the Linux build cannot make (it only evaluates the MIL program in NumPy).
+// The contract, golden reader, parity metrics and gate it calls are ArrcocCore's, which CoreTests
+// compile and test on Linux against pipeline/parity.py; this file needs CoreML and UIKit (device only).
 import CoreML
 import UIKit
 import XCTest
@@ -18,7 +20,7 @@ final class GoldenParityTests: XCTestCase {
             let units: MLComputeUnits = lossless ? .cpuOnly : .all
             let model = try await RelevanceModel(contract: contract, artifact: key, computeUnits: units)
             // golden.bin's arrays are keyed by the tensor names the contract lists
-            let expected = try goldenPredictions(golden, contract: contract, entry: entry)
+            let expected = try golden.predictions(entry: entry)
             var got: [Prediction] = []
             for i in 0..<golden.count {  // each sample one photo at its own size (a whole non-square one too)
                 let (rgb, height, width) = try golden.photo(i, entry.imageInput.name)
@@ -38,9 +40,7 @@ final class GoldenParityTests: XCTestCase {
     func testSamplePhotoDecodesToTheGoldenBytes() throws {
         let contract = try Contract.load()
         let golden = try GoldenBundle(contract: contract)
-        guard let i = golden.index.samples.firstIndex(where: { $0.name == contract.app.sample_golden }) else {
-            return XCTFail("golden bundle has no sample \(contract.app.sample_golden)")
-        }
+        let i = try golden.sampleIndex(named: contract.app.sample_golden)
         let entry = try XCTUnwrap(contract.artifacts[contract.app.default_artifact])
         let (expected, height, width) = try golden.photo(i, entry.imageInput.name)
         let url = try contract.resourceURL(contract.app.sample_image)
@@ -54,13 +54,6 @@ final class GoldenParityTests: XCTestCase {
         let contract = try Contract.load()
         for item in contract.presets.items {
             XCTAssertEqual(item.embedding.count, contract.model.query_dim, item.text)
-        }
-    }
-
-    private func goldenPredictions(_ golden: GoldenBundle, contract: Contract, entry: ArtifactEntry) throws -> [Prediction] {
-        try (0..<golden.count).map { i in
-            Prediction(relevance: try golden.floats(i, entry.relevanceOutput.name),
-                       topk: try golden.ints(i, entry.topkOutput.name), weights: try golden.floats(i, entry.weightsOutput.name))
         }
     }
 }

@@ -1,7 +1,7 @@
 // contract.json, written by `invoke build --target ios` (targets/mobile_contract.py + targets/ios.py).
 // Property names are the JSON keys, spelled exactly as in the file (snake_case), so a key the build
-// renames breaks decoding loudly instead of silently; tests/test_ios.py checks every key used here
-// exists in the contract the build writes.
+// renames breaks decoding loudly instead of silently; CoreTests decodes the contract.json the build
+// writes (tests/test_ios.py runs them). Foundation only: compiled and tested on Linux too.
 import Foundation
 
 struct TensorSpec: Decodable {
@@ -91,6 +91,8 @@ struct AppInfo: Decodable {
     let sample_image: String
     let sample_golden: String
     let resources_folder: String
+    /// Outputs and photos for CoreTests (parity cases, EXIF orientations) with the build's numbers.
+    let core_checks: GoldenFiles?
 }
 
 struct Contract: Decodable {
@@ -106,8 +108,22 @@ struct Contract: Decodable {
     static let resourcesFolder = "Resources"
     static let fileName = "contract"
 
+    /// The app's bundled resources folder (Resources/ inside the app bundle).
+    static func resources(bundle: Bundle = .main) throws -> URL {
+        guard let url = bundle.resourceURL?.appendingPathComponent(resourcesFolder) else {
+            throw AppError.missingResource(resourcesFolder)
+        }
+        return url
+    }
+
     static func load(bundle: Bundle = .main) throws -> Contract {
-        guard let url = bundle.url(forResource: fileName, withExtension: "json", subdirectory: resourcesFolder) else {
+        try load(folder: resources(bundle: bundle))
+    }
+
+    /// contract.json in a resources folder (the app's, or the one the build wrote).
+    static func load(folder: URL) throws -> Contract {
+        let url = folder.appendingPathComponent("\(fileName).json")
+        guard FileManager.default.fileExists(atPath: url.path) else {
             throw AppError.missingResource("\(resourcesFolder)/\(fileName).json: run `invoke build --target ios` first")
         }
         return try JSONDecoder().decode(Contract.self, from: Data(contentsOf: url))
@@ -115,10 +131,14 @@ struct Contract: Decodable {
 
     /// URL of a file the contract names, inside the bundled resources folder.
     func resourceURL(_ name: String, bundle: Bundle = .main) throws -> URL {
-        guard let base = bundle.resourceURL?.appendingPathComponent(app.resources_folder) else {
+        guard let folder = bundle.resourceURL?.appendingPathComponent(app.resources_folder) else {
             throw AppError.missingResource(app.resources_folder)
         }
-        let url = base.appendingPathComponent(name)
+        return try resourceURL(name, folder: folder)
+    }
+
+    func resourceURL(_ name: String, folder: URL) throws -> URL {
+        let url = folder.appendingPathComponent(name)
         guard FileManager.default.fileExists(atPath: url.path) else { throw AppError.missingResource(name) }
         return url
     }
