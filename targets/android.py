@@ -15,6 +15,13 @@ folder) the stage FAILS with an output error, the app's previous assets stay as 
 the core publishes nothing for `android`: the last published `artifacts/android/` and its
 manifest entry are kept (the `executorch` stage, which passed its own gate, still publishes).
 
+Before anything is copied, targets/android_app.py compiles every Kotlin file of the app with a real
+kotlinc (against android.jar and compile-only stubs) and runs its JUnit tests on the JVM against
+the staged bundle (contract parsing, golden reader, parity metrics and gate equal to
+pipeline/parity.py's, EXIF re-indexing equal to PIL's): the result is the variant's `app_build`
+record; a compile error or a failing test is a GateError and nothing is published. Without that
+toolchain the record says "not run" and how to install it, and the stage goes on.
+
 The app itself cannot run here (no Android SDK, no emulator): `load` says so and the stage is
 `unverified`. The .pte files are measured by the `executorch` stage in the ExecuTorch runtime;
 the on-device check is the app's instrumented test (GoldenParityTest.kt), which re-runs the
@@ -32,7 +39,7 @@ from pipeline.golden import write_bundle
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import mobile_contract
+from . import android_app, mobile_contract
 from .mobile_contract import bundle_allowance, copy_to_app, write_sample
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,6 +129,8 @@ class AndroidTarget(Target):
             "executorch_stage": {"status": upstream.status, "reason": upstream.reason},
         }
         path = mobile_contract.write_contract(ctx.staging / mobile_contract.CONTRACT_FILE, data)
+        app_build, app_build_detail = android_app.app_build(ctx.staging, data, lambda: self._pte_runners(ctx, data),
+                                                            ctx.log)
         files = sorted(p for p in ctx.staging.rglob("*") if p.is_file())
         files.sort(key=lambda p: p != path)  # contract.json first: it names everything else
         measured = {k: v for k, v in primary.metrics.items() if k != "size_bytes"}
@@ -132,10 +141,20 @@ class AndroidTarget(Target):
                   "pte_files": sorted(a["file"] for a in data["artifacts"].values()),
                   "runtime_maven": data["app"]["runtime_maven"],
                   "parity_from": f"executorch stage, {default} .pte ({primary.runtime})",
-                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"]},
+                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"],
+                  "app_build": app_build, "app_build_detail": app_build_detail},
         )
         self._publish_to_app(ctx, variant, data)
         return [variant]
+
+    @staticmethod
+    def _pte_runners(ctx: BuildContext, data: dict) -> dict:
+        """The staged .pte files in ExecuTorch's Python runtime: what the JVM tests compare Kotlin's
+        parity numbers on (no ExecuTorch runtime exists for a desktop JVM)."""
+        from .executorch import pte_runner
+
+        return {key: pte_runner(ctx.staging / entry["file"], entry["max_batch"]).run
+                for key, entry in data["artifacts"].items()}
 
     def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
         """Every check first, then the copy: a failed check or copy leaves the app's assets alone."""

@@ -1,8 +1,11 @@
 """Android target: a real `invoke build --target android` (which builds executorch first). The app's
-assets match contract.json byte for byte, land where the Kotlin code opens them, the Kotlin code
-reads only keys the build writes and hard-codes no artifact or tensor name, and a build whose app
-copy cannot be written leaves the previously published artifacts untouched.
-(The app cannot be compiled or run here: no Android SDK, no emulator.)"""
+assets match contract.json byte for byte and land where the Kotlin code opens them; the build
+compiles every Kotlin file of the app with kotlinc 2.0.21 against android.jar and runs its JUnit
+tests on the JVM against the bundle it staged (contract parsing, golden reader, parity metrics and
+gate equal to pipeline/parity.py's, EXIF re-indexing equal to PIL's), and a build whose app copy
+cannot be written leaves the previously published artifacts untouched.
+What is still read from the sources is only what nothing here can run: the Android shell's decoder
+calls (BitmapFactory on a device) and the asset names the APK opens."""
 from __future__ import annotations
 
 import atexit
@@ -19,16 +22,23 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from mobile_build import ANDROID, exif_upright_reference, reindex, source_function
+from mobile_build import ANDROID, source_function
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
 pytestmark = pytest.mark.slow
 
-KOTLIN_MAIN = sorted((ANDROID / "app" / "src" / "main").rglob("*.kt"))
-KOTLIN_ALL = sorted(ANDROID.rglob("*.kt"))
-# org.json reads: o.getString("key"), o.getJSONObject("key"), o.optInt("key"), o.isNull("key"), o.has("key")
-JSON_READ = re.compile(r'\.(?:(?:get|opt)(?:String|Int|Long|Double|Boolean|JSONObject|JSONArray)?|has|isNull)\(\s*"([^"]*)"')
+# What runs on a device: the app and its instrumented test (the JVM tests name their fixture files)
+KOTLIN_APP = sorted(p for folder in ("main", "androidTest") for p in (ANDROID / "app" / "src" / folder).rglob("*.kt"))
+
+
+def require_jvm_toolchain() -> None:
+    """The app's compile and JVM tests are part of this suite: without their toolchain it fails, in one line."""
+    from targets import android_app
+
+    reason = android_app.missing_reason()
+    if reason:
+        pytest.fail(f"Android app toolchain missing: {reason}", pytrace=False)
 
 
 @functools.lru_cache(maxsize=1)
@@ -135,7 +145,7 @@ def test_golden_bundle_is_keyed_by_the_contract_tensor_names(built, contract, go
     assert any(h != w for _, h, w, _ in shapes), "the self-check includes a whole non-square photo"
 
 
-KOTLIN_MODEL_PATH = ("RelevanceModel.kt", "Golden.kt", "Contract.kt")  # everything between a photo and the .pte
+KOTLIN_MODEL_PATH = ("RelevanceModel.kt", "Photo.kt", "Golden.kt", "Contract.kt", "Assets.kt")  # photo -> .pte
 # Anything that crops, scales, resamples or converts the photo to floats itself
 RESAMPLING_KOTLIN = ("createScaledBitmap", "createBitmap", "inSampleSize", "inDensity", "inTargetDensity", "Matrix",
                      "Canvas", "drawBitmap", "extractThumbnail", "getPixels", "255f", "/ 255", "fromBlob(photo", "Rect(")
@@ -147,11 +157,13 @@ def kotlin_function(text: str, name: str) -> str:
 
 def test_kotlin_hands_over_the_photo_as_decoded(contract):
     """No crop, no resample, no float conversion between a photo and the .pte: the artifact does
-    the reference's resize. The tensor the app builds is uint8 [1,H,W,3] as contract.json says."""
+    the reference's resize. Static on purpose: these are the Android shell's calls into BitmapFactory
+    and ExecuTorch, which only a device runs (GoldenParityTest); the re-indexing they feed runs on the
+    JVM against PIL (UprightTest) and the tensor shapes are the ones ContractTest checks."""
     pre = contract["preprocessing"]
     assert pre["crop"] is None and pre["resize"] is None and pre["scale"] is None
     assert (pre["layout"], pre["min_side"], pre["max_side"]) == ("NHWC", MIN_SIDE, MAX_SIDE)
-    sources = {p.name: p.read_text() for p in KOTLIN_ALL}
+    sources = {p.name: p.read_text() for p in KOTLIN_APP}
     for name in KOTLIN_MODEL_PATH:
         found = [t for t in RESAMPLING_KOTLIN if t in sources[name]]
         assert not found, f"{name} resamples or converts the photo: {found}"
@@ -167,41 +179,13 @@ def test_kotlin_hands_over_the_photo_as_decoded(contract):
     assert "inSampleSize" in display and not any(t in outside for t in ("inSampleSize", "createBitmap", "Matrix()"))
     assert re.findall(r"\bval input = ([\w.]+)\(", outside) == ["Preprocess.decodePhoto"]
     assert "photo = input" in outside and "m.predict(input," in outside
-    # the model's input: full-size decode, unpremultiplied, the decoder's RGBA bytes, R G B kept, A dropped
-    model = sources["RelevanceModel.kt"]
-    decode = kotlin_function(model, "decodePhoto")
+    # the model's input: full-size decode, unpremultiplied, the decoder's RGBA bytes, then Upright.rgb
+    decode = kotlin_function(sources["RelevanceModel.kt"], "decodePhoto")
     for needed in ("inPremultiplied = false", "inScaled = false", "Bitmap.Config.ARGB_8888", "copyPixelsToBuffer",
-                   "exifOrientation(open)"):
+                   "Upright.rgb(rgba, bitmap.height, bitmap.width, bitmap.rowBytes, exifOrientation(open))"):
         assert needed in decode, needed
-    upright = kotlin_function(model, "upright")
-    for needed in ("rgb.put(out, rgba.get(s))", "rgb.put(out + 1, rgba.get(s + 1))", "rgb.put(out + 2, rgba.get(s + 2))",
-                   "val s = a * stride + b * 4", "out += 3", "Tensor.allocateByteBuffer(h * w * 3)"):
-        assert needed in upright, needed
-    # uint8 [1,H,W,3]: the contract's dynamic dims, in order, filled with 1, the photo's height and width
-    for key, art in contract["artifacts"].items():
-        image = art["inputs"][0]
-        assert image["dtype"] == "uint8" and image["shape"] == ["batch", "height", "width", 3], key
-    assert "Tensor.fromBlobUnsigned(photo.rgb, imageSpec.shapeFor(1, photo.height, photo.width))" in model
-    assert 'entry.imageInput.dtype != "uint8"' in model
-    contract_kt = sources["Contract.kt"]
-    assert "(it ?: dims[next++])" in contract_kt and "shape.get(j) as? Int" in contract_kt
-
-
-def test_kotlin_orientation_table_is_pils_exif_transpose():
-    """Preprocess.ORIENTATIONS, read from the Kotlin source, applied as Preprocess.upright does, gives
-    PIL's exif_transpose for all eight EXIF orientations (non-square, so swapped sides show)."""
-    model = (ANDROID / "app" / "src" / "main" / "java" / "org" / "arrcoc" / "demo" / "RelevanceModel.kt").read_text()
-    table = {int(k): tuple(v == "true" for v in flags) for k, *flags in
-             re.findall(r"(\d) to Orientation\((true|false), (true|false), (true|false)\)", model)}
-    assert sorted(table) == list(range(1, 9))
-    upright = kotlin_function(model, "upright")
-    for line in ("val h = if (o.transpose) storedWidth else storedHeight", "val w = if (o.transpose) storedHeight else storedWidth",
-                 "var a = if (o.transpose) c else r", "var b = if (o.transpose) r else c",
-                 "if (o.flipRows) a = storedHeight - 1 - a", "if (o.flipCols) b = storedWidth - 1 - b"):
-        assert line in upright, line
-    stored = np.random.default_rng(23).integers(0, 256, (5, 7, 3), dtype=np.uint8)
-    for orientation, flags in table.items():
-        assert np.array_equal(reindex(stored, *flags), exif_upright_reference(orientation, stored)), orientation
+    assert "Tensor.fromBlobUnsigned(photo.rgb, imageSpec.shapeFor(1, photo.height, photo.width))" in sources["RelevanceModel.kt"]
+    assert 'entry.imageInput.dtype != "uint8"' in sources["RelevanceModel.kt"]
 
 
 def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
@@ -220,6 +204,7 @@ def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
 
 
 def test_app_looks_where_the_build_copies():
+    """Static: which asset names the APK opens is only seen on a device (Assets.kt's AssetManager calls)."""
     from targets import android, mobile_contract
 
     # Gradle's default assets folder, not redefined by the app's build script
@@ -227,28 +212,18 @@ def test_app_looks_where_the_build_copies():
     gradle = (ANDROID / "app" / "build.gradle.kts").read_text()
     assert "srcDirs" not in gradle and "assets.srcDir" not in gradle
     assert "app/src/main/assets/" in (ANDROID / ".gitignore").read_text().splitlines()
-    sources = {p.name: p.read_text() for p in KOTLIN_ALL}
+    sources = {p.name: p.read_text() for p in KOTLIN_APP}
     # the only asset name written in the Kotlin code is contract.json (a const in Contract.kt)
     assert f'const val FILE_NAME = "{mobile_contract.CONTRACT_FILE}"' in sources["Contract.kt"]
     literals = {m for text in sources.values() for m in re.findall(r'"([^"\s$]+\.(?:json|pte|bin|png|jpe?g))"', text)}
     assert literals == {mobile_contract.CONTRACT_FILE}
     opened = [a.strip() for text in sources.values() for a in re.findall(r"assets\.open\(([^)]*)\)", text)]
-    assert opened and set(opened) <= {"FILE_NAME", "name"}, opened
+    assert opened and set(opened) <= {"Contract.FILE_NAME", "name"}, opened
     # ... and every other file is opened through Contract.openAsset with a name read from the contract
-    calls = [a.split(",")[1].strip() for text in sources.values() for a in re.findall(r"(?<!fun )openAsset\(([^)]*)\)", text)
+    calls = [a.split(",")[1].strip() for text in sources.values() for a in re.findall(r"(?<!fun )(?<!fun Contract\.)openAsset\(([^)]*)\)", text)
              if "," in a]
-    assert calls and all(re.fullmatch(r"(?:contract|c)\.(?:golden\.(?:json|bin)|app\.sampleImage)|entry\.file", c)
+    assert calls and all(re.fullmatch(r"(?:(?:contract|c)\.)?(?:golden\.(?:json|bin)|app\.sampleImage)|entry\.file", c)
                          for c in calls), calls
-
-
-def test_kotlin_reads_only_keys_the_build_writes(contract, golden):
-    used = set()
-    for path in KOTLIN_MAIN:
-        used |= set(JSON_READ.findall(path.read_text()))
-    assert {"artifacts", "inputs", "outputs", "preprocessing", "default_artifact", "sample_image", "gate",
-            "tie_tolerance", "file", "sha256", "bytes", "presets", "embedding", "arrays", "offset"} <= used
-    keys = all_keys(contract) | all_keys(golden)
-    assert used <= keys, f"Kotlin reads keys the build does not write: {sorted(used - keys)}"
 
 
 def test_kotlin_hard_codes_no_artifact_or_tensor_name(contract):
@@ -257,7 +232,7 @@ def test_kotlin_hard_codes_no_artifact_or_tensor_name(contract):
     for art in contract["artifacts"].values():
         names |= {t["name"] for t in art["inputs"] + art["outputs"]}
     names |= {contract["app"]["sample_image"], *contract["golden"].values()}
-    for path in KOTLIN_ALL:
+    for path in KOTLIN_APP:
         text = path.read_text()
         found = sorted(n for n in names if f'"{n}"' in text)
         assert not found, f"{path.name} hard-codes {found}: read them from contract.json"
@@ -271,19 +246,6 @@ def test_gradle_pins_the_executorch_runtime_that_wrote_the_pte(contract):
     wrapper = (ANDROID / "gradle" / "wrapper" / "gradle-wrapper.properties").read_text()
     assert re.search(r"distributionUrl=.*gradle-[\d.]+-bin\.zip", wrapper)
     assert not list(ANDROID.rglob("*.jar")), "no binary wrapper jar in the repo"
-
-
-def test_kotlin_tie_rule_fixture_agrees_with_pipeline_parity():
-    """GoldenParityTest.tieRuleMatchesPipelineParity asserts these numbers on the device."""
-    from pipeline.parity import topk_overlap
-
-    text = (ANDROID / "app" / "src" / "androidTest" / "java" / "org" / "arrcoc" / "demo" / "GoldenParityTest.kt").read_text()
-    assert "floatArrayOf(0.9f, 0.5f, 0.5004f, 0.1f)" in text
-    scores = np.array([[0.9, 0.5, 0.5004, 0.1]], dtype=np.float32)
-    with_ties, strict = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 1]]), 1e-3)
-    assert (with_ties[0], strict[0]) == (1.0, 0.5)
-    no_tie, _ = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 3]]), 1e-3)
-    assert no_tie[0] == 0.5
 
 
 def test_failed_app_copy_leaves_the_published_artifacts_untouched(built, tmp_path):
@@ -305,3 +267,103 @@ def test_failed_app_copy_leaves_the_published_artifacts_untouched(built, tmp_pat
     assert after["android"] == before_entry
     assert after["executorch"]["status"] == "published"  # the independent upstream stage still published
     assert blocker.read_text().startswith("a file")
+
+
+@pytest.fixture(scope="module")
+def app_build(built) -> dict:
+    require_jvm_toolchain()
+    info = json.loads((built[0] / "manifest.json").read_text())["targets"]["android"]["variants"]["app-assets"]["info"]
+    return info
+
+
+def test_every_kotlin_file_compiles_and_the_jvm_tests_pass(app_build):
+    """The build compiled main, test and androidTest (and the stubs) with kotlinc 2.0.21 and ran the
+    JUnit tests on the bundle it staged: all ran, none skipped, none failed."""
+    from targets import android_app
+
+    record = app_build["app_build"]
+    assert record["status"] == "passed", record["reason"]
+    assert set(record) == {"status", "reason", "compiler", "compiled_against", "files_compiled", "tests", "seconds",
+                           "not_verified"}
+    assert record["compiler"].startswith("kotlinc-jvm 2.0.21 (JRE 17")
+    every_kt = {p.relative_to(android_app.REPO).as_posix() for p in ANDROID.rglob("*.kt")}
+    assert set(record["files_compiled"]) == every_kt
+    assert any("/androidTest/" in f for f in every_kt) and any("/src/test/" in f for f in every_kt)
+    tests = record["tests"]
+    assert tests["failed"] == 0 and tests["run"] == tests["passed"] == len(tests["names"]) >= 14
+    assert {"ParityAgainstPythonTest.everyMetricAndVerdictEqualsPipelineParity",
+            "UprightTest.everyOrientationEqualsPilExifTranspose",
+            "ContractTest.parsesTheContractTheBuildWrote", "GoldenTest.readsEverySampleOfTheBundle"} <= set(tests["names"])
+    assert tests["runner"].startswith("JUnit 4.13.2")
+    assert record["not_verified"] and all(isinstance(x, str) for x in record["not_verified"])
+
+
+def test_kotlin_parity_equals_pipeline_parity_both_ways(app_build):
+    """Kotlin's metrics, printed by the JVM test, next to pipeline/parity.py's on the same arrays: the
+    .pte outputs of ExecuTorch's Python runtime pass, the perturbed copies pass or fail as designed."""
+    from targets.android_app import TOLERANCE
+
+    cases = app_build["app_build_detail"]["parity_vs_python"]
+    assert {"executorch-fp32", "executorch-int8", "tie-swap-within-tolerance", "swap-outside-tolerance",
+            "relevance-offset-beyond-gate"} <= set(cases)
+    for name, case in cases.items():
+        assert case["kotlin"].keys() == case["python"].keys(), name
+        for metric, value in case["python"].items():
+            assert abs(case["kotlin"][metric] - value) <= TOLERANCE.get(metric, TOLERANCE["default"]), (name, metric)
+    assert {c["passed"] for c in cases.values()} == {True, False}
+    assert cases["tie-swap-within-tolerance"]["passed"] and cases["tie-swap-within-tolerance"]["python"]["topk_overlap_strict_mean"] < 1
+    assert not cases["swap-outside-tolerance"]["passed"] and not cases["relevance-offset-beyond-gate"]["passed"]
+
+
+def test_a_compile_error_is_a_gate_error_naming_the_line(tmp_path):
+    from pipeline.errors import GateError
+    from targets import android_app
+
+    require_jvm_toolchain()
+    broken = tmp_path / "Broken.kt"
+    broken.write_text("package org.arrcoc.demo\nfun f(t: org.pytorch.executorch.Tensor) = t.getDataAsFloatArray()\n")
+    with pytest.raises(GateError) as err:
+        android_app._kotlinc(android_app.toolchain(), [android_app.ANDROID_JAR], tmp_path / "out", [broken])
+    line = err.value.one_line()
+    assert "does not compile" in line and "Broken.kt:2" in line and "unresolved reference" in line and "\n" not in line
+
+
+def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
+    """The JVM parity test is not vacuous: one of Python's numbers changed by more than the tolerance
+    and the run is a GateError naming the test."""
+    from pipeline.errors import GateError
+    from targets import android_app
+
+    require_jvm_toolchain()
+    assets = built[1]
+    contract = json.loads((assets / "contract.json").read_text())
+    tc = android_app.toolchain()
+    classes, _ = android_app.compile_app(tc, lambda _: None)  # the build's classes: a cache hit
+    android_app.write_parity_fixtures(tmp_path / "parity", assets, contract, {})
+    android_app.write_exif_fixtures(tmp_path / "exif")
+    spec = json.loads((tmp_path / "parity" / "cases.json").read_text())
+    spec["cases"][0]["python"]["metrics"]["relevance_mean_abs"] += 1e-9
+    (tmp_path / "parity" / "cases.json").write_text(json.dumps(spec))
+    with pytest.raises(GateError) as err:
+        android_app.run_tests(tc, classes, assets, tmp_path)
+    assert "ParityAgainstPythonTest" in err.value.one_line() and "relevance_mean_abs" in err.value.one_line()
+
+
+def test_a_missing_toolchain_is_not_run_with_the_command_that_installs_it(monkeypatch, tmp_path):
+    from targets import android_app
+
+    monkeypatch.setattr(android_app, "ANDROID_JAR", tmp_path / "absent" / "android.jar")
+    record, detail = android_app.app_build(tmp_path, {}, dict, lambda _: None)
+    assert record["status"] == "not run" and detail == {}
+    assert "android.jar" in record["reason"] and "bash scripts/setup.sh" in record["reason"]
+
+
+def test_pipeline_parity_gives_the_tie_example_numbers_the_jvm_test_asserts():
+    """GoldenTest.tieRuleMatchesPipelineParity (and GoldenParityTest on a device) assert these numbers."""
+    from pipeline.parity import topk_overlap
+
+    scores = np.array([[0.9, 0.5, 0.5004, 0.1]], dtype=np.float32)
+    with_ties, strict = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 1]]), 1e-3)
+    assert (with_ties[0], strict[0]) == (1.0, 0.5)
+    no_tie, _ = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 3]]), 1e-3)
+    assert no_tie[0] == 0.5

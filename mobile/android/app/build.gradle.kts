@@ -41,6 +41,12 @@ dependencies {
     implementation("androidx.activity:activity-ktx:1.9.3")
     implementation("androidx.exifinterface:exifinterface:1.3.7")
 
+    // JVM unit tests (app/src/test, `./gradlew test`): the app's logic without a device. org.json:json
+    // is a real org.json there (android.jar's classes are stubs that throw); the build runs the same
+    // tests with Debian's libandroid-json-java (targets/android_app.py).
+    testImplementation("junit:junit:4.13.2")
+    testImplementation("org.json:json:20240303")
+
     androidTestImplementation("androidx.test.ext:junit:1.2.1")
     androidTestImplementation("androidx.test:runner:1.6.2")
 }

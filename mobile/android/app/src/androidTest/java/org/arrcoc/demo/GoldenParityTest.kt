@@ -37,7 +37,7 @@ class GoldenParityTest {
         // The app's own decode path (BitmapFactory, copyPixelsToBuffer, alpha dropped, EXIF) on the
         // bundled sample, a lossless PNG of the golden whole photo: byte for byte what PIL decoded.
         val contract = Contract.load(context)
-        val golden = GoldenBundle(context, contract)
+        val golden = contract.goldenBundle(context)
         val sample = golden.names.indexOf(contract.app.sampleGolden)
         assertTrue("golden bundle has no sample ${contract.app.sampleGolden}", sample >= 0)
         val image = contract.artifacts.getValue(contract.app.defaultArtifact).imageInput.name

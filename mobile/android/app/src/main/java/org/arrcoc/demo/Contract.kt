@@ -2,13 +2,12 @@
 // It is the ONLY asset name the app knows: every other file (the .pte programs, the golden bundle, the
 // sample photo) and every tensor name, shape, dtype and gate is read from it. Keys are spelled exactly
 // as in the file (snake_case) and read with org.json's get* calls, so a key the build renames fails
-// loudly; tests/test_android.py checks every key read here exists in the contract the build writes.
+// loudly: the JVM tests (app/src/test, ContractTest) parse the contract the build has just written.
+// Plain Kotlin + org.json, no Android class: the part that touches the APK is Assets.kt.
 package org.arrcoc.demo
 
-import android.content.Context
 import org.json.JSONArray
 import org.json.JSONObject
-import java.io.File
 import java.io.InputStream
 import java.security.MessageDigest
 
@@ -84,51 +83,10 @@ class Contract(
     val presets: Presets,
     val app: AppInfo,
 ) {
-    /** A file the contract names, from the APK's assets. */
-    fun openAsset(context: Context, name: String): InputStream = context.assets.open(name)
-
-    /**
-     * An artifact as a plain file (Module.load takes a path, and APK assets are not files): copied
-     * once into the app's files folder, then checked against the contract's bytes and sha256.
-     */
-    fun artifactFile(context: Context, entry: ArtifactEntry): File {
-        val dest = File(context.filesDir, "models/${entry.sha256.take(16)}-${entry.file}")
-        if (!dest.isFile || dest.length() != entry.bytes) {
-            dest.parentFile?.mkdirs()
-            val tmp = File(dest.path + ".tmp")
-            openAsset(context, entry.file).use { input -> tmp.outputStream().use { input.copyTo(it) } }
-            check(tmp.renameTo(dest)) { "could not write ${dest.path}" }
-        }
-        val digest = MessageDigest.getInstance("SHA-256")
-        dest.inputStream().use { input ->
-            val buf = ByteArray(1 shl 16)
-            while (true) {
-                val n = input.read(buf)
-                if (n < 0) break
-                digest.update(buf, 0, n)
-            }
-        }
-        val sha = digest.digest().joinToString("") { "%02x".format(it) }
-        if (dest.length() != entry.bytes || sha != entry.sha256) {
-            dest.delete()
-            throw ContractException("${entry.file} differs from contract.json (bytes/sha256): rebuild the app's assets")
-        }
-        return dest
-    }
-
     companion object {
         /** The one asset name the app knows; everything else comes from inside it. */
         const val FILE_NAME = "contract.json"
         const val SUPPORTED_VERSION = 1
-
-        fun load(context: Context): Contract {
-            val text = try {
-                context.assets.open(FILE_NAME).bufferedReader().use { it.readText() }
-            } catch (e: java.io.IOException) {
-                throw ContractException("assets/$FILE_NAME is missing: run `invoke build --target android` first")
-            }
-            return parse(text)
-        }
 
         fun parse(text: String): Contract {
             val o = JSONObject(text)
@@ -214,3 +172,22 @@ class Contract(
 }
 
 class ContractException(message: String) : RuntimeException(message)
+
+/** Hex sha256 of a stream, read in 64 KiB chunks (a .pte never sits in memory whole). */
+fun sha256Hex(input: InputStream): String {
+    val digest = MessageDigest.getInstance("SHA-256")
+    val buf = ByteArray(1 shl 16)
+    while (true) {
+        val n = input.read(buf)
+        if (n < 0) break
+        digest.update(buf, 0, n)
+    }
+    return digest.digest().joinToString("") { "%02x".format(it) }
+}
+
+/** The artifact a file holds is the one the contract names only if its size and sha256 agree. */
+fun checkArtifactBytes(entry: ArtifactEntry, length: Long, sha256: String) {
+    if (length != entry.bytes || sha256 != entry.sha256) {
+        throw ContractException("${entry.file} differs from contract.json (bytes/sha256): rebuild the app's assets")
+    }
+}

@@ -1,39 +1,43 @@
 // The golden bundle (golden.json + golden.bin, written by the build and named in contract.json) and
 // the parity metrics and gate rule of pipeline/parity.py, so the phone can re-check every artifact
 // against the gate the build wrote for it (the app's "Self-check" button and GoldenParityTest).
+// Plain Kotlin + org.json on text and bytes: the JVM tests run it on the bundle the build wrote and
+// hold its numbers to pipeline/parity.py's; reading the files out of the APK is Assets.kt's job.
 package org.arrcoc.demo
 
-import android.content.Context
 import org.json.JSONObject
-import org.pytorch.executorch.Tensor
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import kotlin.math.abs
 
+/** One sample's outputs: relevance [num_patches], top-K patch indices [top_k], weights [3]. */
+class Prediction(val relevance: FloatArray, val topk: IntArray, val weights: FloatArray)
+
 /** golden.json lists samples, each one batch-1 run with its own arrays (photos differ in size:
  *  two 16G crops and a whole non-square photo), keyed by the contract's tensor names. */
-class GoldenBundle(context: Context, contract: Contract) {
+class GoldenBundle(json: String, bin: ByteArray) {
     private val samples: List<JSONObject>
-    private val data: ByteBuffer
+    private val data: ByteBuffer = ByteBuffer.wrap(bin).order(ByteOrder.LITTLE_ENDIAN) // golden.bin is little-endian
     val count: Int
     /** Each sample's name in the golden set (e.g. "chelsea/whole"). */
     val names: List<String>
 
     init {
-        val index = JSONObject(contract.openAsset(context, contract.golden.json).bufferedReader().use { it.readText() })
-        val list = index.getJSONArray("samples")
+        val list = JSONObject(json).getJSONArray("samples")
         samples = (0 until list.length()).map { list.getJSONObject(it).getJSONObject("arrays") }
         names = (0 until list.length()).map { list.getJSONObject(it).getString("name") }
         count = samples.size
-        val bytes = contract.openAsset(context, contract.golden.bin).use { it.readBytes() }
-        data = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN) // golden.bin is little-endian
     }
 
     private fun array(sample: Int, name: String): Triple<String, Int, Int> {
         val arrays = samples[sample]
         if (!arrays.has(name)) throw ContractException("golden sample $sample has no array '$name'")
         val a = arrays.getJSONObject(name)
-        return Triple(a.getString("dtype"), a.getInt("offset"), a.getInt("bytes"))
+        val (offset, bytes) = a.getInt("offset") to a.getInt("bytes")
+        if (offset < 0 || bytes < 0 || offset + bytes > data.capacity()) {
+            throw ContractException("golden $name of sample $sample lies outside golden.bin")
+        }
+        return Triple(a.getString("dtype"), offset, bytes)
     }
 
     fun shape(sample: Int, name: String): List<Int> {
@@ -49,7 +53,7 @@ class GoldenBundle(context: Context, contract: Contract) {
         if (shape.size != 4 || shape[0] != 1 || shape[3] != 3 || bytes != shape[1] * shape[2] * 3) {
             throw ContractException("golden $name has shape $shape ($bytes bytes), expected [1,H,W,3]")
         }
-        val rgb = Tensor.allocateByteBuffer(bytes)
+        val rgb = photoBuffer(bytes)
         rgb.put(data.duplicate().apply { position(offset); limit(offset + bytes) })
         rgb.rewind()
         return Photo(rgb, shape[1], shape[2])
@@ -69,6 +73,10 @@ class GoldenBundle(context: Context, contract: Contract) {
             else -> throw ContractException("golden $name has dtype $dtype")
         }
     }
+
+    /** Sample `i`'s outputs under the tensor names `entry` lists. */
+    fun prediction(i: Int, entry: ArtifactEntry) = Prediction(
+        floats(i, entry.relevanceOutput.name), ints(i, entry.topkOutput.name), floats(i, entry.weightsOutput.name))
 }
 
 /** Same definitions as pipeline/parity.py: abs errors, and top-K set overlap with the tie rule. */
@@ -79,11 +87,14 @@ object Parity {
         val a = refIdx.toSet()
         val b = gotIdx.toSet()
         val common = a.intersect(b).size
-        val kth = scores.sortedDescending()[k - 1].toDouble()
+        // float32, as pipeline/parity.py computes it: numpy's float32 K-th score minus a Python float
+        // stays float32 (NEP 50), so a score exactly at the edge is judged the same on both sides
+        val kth = scores.sortedDescending()[k - 1]
+        val tie32 = tie.toFloat()
         // a patch picked only by the artifact counts when it ties the K-th reference score, and only
         // in place of a reference pick that is itself within the tolerance of the K-th score
-        val extra = (b - a).count { it >= 0 && it < scores.size && scores[it] >= kth - tie }
-        val dropped = (a - b).count { scores[it] <= kth + tie }
+        val extra = (b - a).count { it >= 0 && it < scores.size && scores[it] >= kth - tie32 }
+        val dropped = (a - b).count { scores[it] <= kth + tie32 }
         return Pair((common + minOf(extra, dropped)).toDouble() / k, common.toDouble() / k)
     }
 
@@ -93,6 +104,7 @@ object Parity {
         var sumDev = 0.0
         val overlaps = ArrayList<Double>()
         val stricts = ArrayList<Double>()
+        require(expected.size == got.size) { "${got.size} predictions for ${expected.size} golden samples" }
         for ((e, g) in expected.zip(got)) {
             for (i in e.relevance.indices) {
                 val d = abs(g.relevance[i].toDouble() - e.relevance[i].toDouble())
@@ -102,7 +114,8 @@ object Parity {
                 val d = abs(g.weights[i].toDouble() - e.weights[i].toDouble())
                 wMax = maxOf(wMax, d); wSum += d; wN++
             }
-            sumDev = maxOf(sumDev, abs(g.weights.sumOf { it.toDouble() } - 1.0))
+            // float32, as numpy sums a float32 array (pipeline/parity.py: weights.sum(axis=1) - 1.0)
+            sumDev = maxOf(sumDev, abs(g.weights.sum() - 1f).toDouble())
             val (o, s) = topkOverlap(e.relevance, e.topk, g.topk, tie)
             overlaps.add(o); stricts.add(s)
         }
@@ -134,28 +147,21 @@ object Parity {
     }
 }
 
-/** Runs the golden bundle through every artifact of the contract and holds each to its own gate. */
+/** Holds an artifact's outputs on the golden bundle to the artifact's own gate. */
 object GoldenCheck {
     class Result(val key: String, val file: String, val metrics: Map<String, Double>, val failures: List<String>) {
         val passed get() = failures.isEmpty()
     }
 
-    fun run(context: Context, contract: Contract): List<Result> {
-        val golden = GoldenBundle(context, contract)
-        return contract.artifacts.values.map { entry ->
-            RelevanceModel.open(context, contract, entry.key).use { model ->
-                // each sample's arrays are keyed by the tensor names the contract lists
-                val expected = ArrayList<Prediction>()
-                val got = ArrayList<Prediction>()
-                for (i in 0 until golden.count) {
-                    expected.add(Prediction(golden.floats(i, entry.relevanceOutput.name),
-                        golden.ints(i, entry.topkOutput.name), golden.floats(i, entry.weightsOutput.name)))
-                    got.add(model.predict(golden.photo(i, entry.imageInput.name), golden.floats(i, entry.queryInput.name)))
-                }
-                val metrics = Parity.measure(expected, got, entry.gate.tieTolerance)
-                metrics["size_bytes"] = entry.bytes.toDouble()
-                Result(entry.key, entry.file, metrics, Parity.failures(metrics, entry.gate))
-            }
+    /** `predict` runs one golden photo and query (the device's runtime; on the JVM, recorded outputs). */
+    fun judge(golden: GoldenBundle, entry: ArtifactEntry, predict: (Int, Photo, FloatArray) -> Prediction): Result {
+        // each sample's arrays are keyed by the tensor names the contract lists
+        val expected = (0 until golden.count).map { golden.prediction(it, entry) }
+        val got = (0 until golden.count).map {
+            predict(it, golden.photo(it, entry.imageInput.name), golden.floats(it, entry.queryInput.name))
         }
+        val metrics = Parity.measure(expected, got, entry.gate.tieTolerance)
+        metrics["size_bytes"] = entry.bytes.toDouble()
+        return Result(entry.key, entry.file, metrics, Parity.failures(metrics, entry.gate))
     }
 }

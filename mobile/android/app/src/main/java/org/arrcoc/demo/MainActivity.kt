@@ -147,8 +147,8 @@ class MainActivity : ComponentActivity() {
         val bitmap = open().use {
             BitmapFactory.decodeStream(it, null, BitmapFactory.Options().apply { inSampleSize = sample })
         } ?: throw IllegalArgumentException("not an image")
-        val o = Preprocess.ORIENTATIONS[exif] ?: return bitmap
-        // the same mapping as the model's input (Preprocess.upright): the flips in the stored frame,
+        val o = Upright.ORIENTATIONS[exif] ?: return bitmap
+        // the same mapping as the model's input (Upright.rgb): the flips in the stored frame,
         // then the transpose (x, y) -> (y, x), which is a rotation by 90 degrees and a mirror
         val m = Matrix()
         if (o.flipRows) m.postScale(1f, -1f)

@@ -1,7 +1,8 @@
 // The relevance model in the ExecuTorch Android runtime (org.pytorch:executorch-android), and the
 // photo -> `image` tensor step that contract.json describes: the photo as decoded, EXIF orientation
 // applied, alpha dropped, uint8 [1,H,W,3] RGB at its own size (pipeline.golden.load_photo). No crop,
-// no resize, no float conversion: the .pte does arr-coc-0-1's resize to 16G itself.
+// no resize, no float conversion: the .pte does arr-coc-0-1's resize to 16G itself. The Android shell
+// around Photo.kt's re-indexing: the decoder (BitmapFactory, ExifInterface) and the runtime (ExecuTorch).
 package org.arrcoc.demo
 
 import android.content.Context
@@ -14,12 +15,6 @@ import org.pytorch.executorch.Tensor
 import java.io.InputStream
 import java.nio.ByteBuffer
 
-/** One sample's outputs: relevance [num_patches], top-K patch indices [top_k], weights [3]. */
-class Prediction(val relevance: FloatArray, val topk: IntArray, val weights: FloatArray)
-
-/** The photo as the model takes it: [height * width * 3] bytes, RGB, rows top to bottom, in a
- *  direct native-order buffer (Tensor.allocateByteBuffer) that the uint8 tensor uses without a copy. */
-class Photo(val rgb: ByteBuffer, val height: Int, val width: Int)
 class RelevanceModel private constructor(val entry: ArtifactEntry, private val module: Module) : AutoCloseable {
 
     /** Runs one photo (batch 1, its own size) with `query` [query_dim]. */
@@ -38,11 +33,12 @@ class RelevanceModel private constructor(val entry: ArtifactEntry, private val m
         }
         val topkTensor = out[1].toTensor()
         val topk = when (entry.topkOutput.dtype) {
-            "int64" -> topkTensor.getDataAsLongArray().map { it.toInt() }.toIntArray()
-            "int32" -> topkTensor.getDataAsIntArray()
+            // Kotlin properties since executorch-android 1.4 (Tensor.kt), not Java getters
+            "int64" -> topkTensor.dataAsLongArray.map { it.toInt() }.toIntArray()
+            "int32" -> topkTensor.dataAsIntArray
             else -> throw ContractException("${entry.topkOutput.name} dtype ${entry.topkOutput.dtype} is not supported")
         }
-        return Prediction(out[0].toTensor().getDataAsFloatArray(), topk, out[2].toTensor().getDataAsFloatArray())
+        return Prediction(out[0].toTensor().dataAsFloatArray, topk, out[2].toTensor().dataAsFloatArray)
     }
 
     override fun close() = module.destroy()
@@ -64,26 +60,7 @@ class RelevanceModel private constructor(val entry: ArtifactEntry, private val m
     }
 }
 
-/** How the upright photo reads the stored pixels for one EXIF orientation: upright pixel (r, c)
- *  reads stored pixel (a, b) with a = if (transpose) c else r, b = if (transpose) r else c, then
- *  a = storedHeight - 1 - a if flipRows and b = storedWidth - 1 - b if flipCols. A pure re-indexing:
- *  every byte is copied, none is blended. */
-data class Orientation(val transpose: Boolean, val flipRows: Boolean, val flipCols: Boolean)
-
 object Preprocess {
-    /** EXIF TAG_ORIENTATION value -> Orientation; PIL's ImageOps.exif_transpose does the same
-     *  (tests/test_android.py checks this table against PIL for all eight values). */
-    val ORIENTATIONS: Map<Int, Orientation> = mapOf(
-        1 to Orientation(false, false, false), // ORIENTATION_NORMAL
-        2 to Orientation(false, false, true), // ORIENTATION_FLIP_HORIZONTAL
-        3 to Orientation(false, true, true), // ORIENTATION_ROTATE_180
-        4 to Orientation(false, true, false), // ORIENTATION_FLIP_VERTICAL
-        5 to Orientation(true, false, false), // ORIENTATION_TRANSPOSE
-        6 to Orientation(true, true, false), // ORIENTATION_ROTATE_90 (clockwise)
-        7 to Orientation(true, true, true), // ORIENTATION_TRANSVERSE
-        8 to Orientation(true, false, true), // ORIENTATION_ROTATE_270
-    )
-
     /** The photo's EXIF orientation (1 when it has none). `open` must return a fresh stream. */
     fun exifOrientation(open: () -> InputStream): Int = open().use {
         ExifInterface(it).getAttributeInt(ExifInterface.TAG_ORIENTATION, ExifInterface.ORIENTATION_NORMAL)
@@ -105,7 +82,7 @@ object Preprocess {
         val bounds = BitmapFactory.Options().apply { inJustDecodeBounds = true }
         open().use { BitmapFactory.decodeStream(it, null, bounds) }
         if (bounds.outWidth <= 0 || bounds.outHeight <= 0) throw IllegalArgumentException("not an image")
-        checkSize(bounds.outHeight, bounds.outWidth, pre) // the same range per side, so rotation does not matter
+        Upright.checkSize(bounds.outHeight, bounds.outWidth, pre) // the same range per side, so rotation does not matter
         val bitmap = open().use {
             BitmapFactory.decodeStream(it, null, BitmapFactory.Options().apply {
                 inPreferredConfig = Bitmap.Config.ARGB_8888
@@ -120,39 +97,9 @@ object Preprocess {
             // ARGB_8888 lies in memory as R, G, B, A bytes; rows rowBytes apart
             val rgba = ByteBuffer.allocateDirect(bitmap.rowBytes * bitmap.height)
             bitmap.copyPixelsToBuffer(rgba)
-            return upright(rgba, bitmap.height, bitmap.width, bitmap.rowBytes, exifOrientation(open))
+            return Upright.rgb(rgba, bitmap.height, bitmap.width, bitmap.rowBytes, exifOrientation(open))
         } finally {
             bitmap.recycle()
         }
-    }
-
-    fun checkSize(height: Int, width: Int, pre: Preprocessing) {
-        if (minOf(width, height) < pre.minSide || maxOf(width, height) > pre.maxSide) {
-            throw IllegalArgumentException("the photo is ${width}x$height; the model takes ${pre.minSide} to ${pre.maxSide} pixels per side")
-        }
-    }
-
-    /** Stored RGBA bytes (storedHeight rows, `stride` bytes apart) -> the upright photo's RGB bytes,
-     *  HWC, alpha dropped: uint8 [1,H,W,3] with H and W swapped for a transposing orientation. */
-    fun upright(rgba: ByteBuffer, storedHeight: Int, storedWidth: Int, stride: Int, exif: Int): Photo {
-        val o = ORIENTATIONS[exif] ?: ORIENTATIONS.getValue(1)
-        val h = if (o.transpose) storedWidth else storedHeight
-        val w = if (o.transpose) storedHeight else storedWidth
-        val rgb = Tensor.allocateByteBuffer(h * w * 3)
-        var out = 0
-        for (r in 0 until h) {
-            for (c in 0 until w) {
-                var a = if (o.transpose) c else r
-                var b = if (o.transpose) r else c
-                if (o.flipRows) a = storedHeight - 1 - a
-                if (o.flipCols) b = storedWidth - 1 - b
-                val s = a * stride + b * 4
-                rgb.put(out, rgba.get(s)) // R
-                rgb.put(out + 1, rgba.get(s + 1)) // G
-                rgb.put(out + 2, rgba.get(s + 2)) // B; the alpha byte (s + 3) is dropped
-                out += 3
-            }
-        }
-        return Photo(rgb, h, w)
     }
 }
