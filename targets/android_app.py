@@ -34,6 +34,8 @@ from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
 
+from .mobile_contract import pil_upright
+
 REPO = Path(__file__).resolve().parent.parent
 ANDROID = REPO / "mobile" / "android"
 SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles
@@ -253,21 +255,6 @@ def write_parity_fixtures(folder: Path, assets: Path, contract: dict, runners: d
                         "got": f"{name}/got", "expect_pass": should_pass, "python": verdict})
     (folder / "cases.json").write_text(json.dumps({"tolerance": TOLERANCE, "cases": written}, indent=1))
     return written
-
-
-def pil_upright(orientation: int, stored: np.ndarray) -> np.ndarray:
-    """PIL's ImageOps.exif_transpose of `stored` tagged with an EXIF orientation (what load_photo does)."""
-    import io
-
-    from PIL import Image, ImageOps
-
-    im = Image.fromarray(stored)
-    exif = im.getexif()
-    exif[0x0112] = orientation
-    buf = io.BytesIO()
-    im.save(buf, "PNG", exif=exif)
-    buf.seek(0)
-    return np.asarray(ImageOps.exif_transpose(Image.open(buf)).convert("RGB"))
 
 
 def write_exif_fixtures(folder: Path, height: int = 5, width: int = 7, pad: int = 3) -> None:

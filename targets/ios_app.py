@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import json
 import os
 import re
@@ -39,6 +38,8 @@ import numpy as np
 from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
+
+from .mobile_contract import pil_upright
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "mobile" / "ios"
@@ -62,19 +63,6 @@ SUM_RTOL = 1e-12
 
 
 # ---- what the Swift tests check against ----------------------------------------------------------
-
-def exif_upright(orientation: int, stored: np.ndarray) -> np.ndarray:
-    """PIL's ImageOps.exif_transpose of `stored` tagged with an EXIF orientation (as load_photo)."""
-    from PIL import Image, ImageOps
-
-    im = Image.fromarray(stored)
-    exif = im.getexif()
-    exif[0x0112] = orientation
-    buf = io.BytesIO()
-    im.save(buf, "PNG", exif=exif)
-    buf.seek(0)
-    return np.asarray(ImageOps.exif_transpose(Image.open(buf)).convert("RGB"))
-
 
 def read_bundle(folder: Path, files: dict) -> tuple[dict, bytes]:
     return json.loads((folder / files["json"]).read_text()), (folder / files["bin"]).read_bytes()
@@ -155,7 +143,7 @@ def write_core_checks(folder: Path, contract: dict, runner=None, runtime_name: s
     stored = np.random.default_rng(23).integers(0, 256, (5, 7, 3), dtype=np.uint8)
     arrays["exif/stored"] = stored[None]
     for o in range(1, 9):
-        arrays[f"exif/{o}"] = exif_upright(o, stored)[None]
+        arrays[f"exif/{o}"] = pil_upright(o, stored)[None]
     index = write_array_bundle(folder / CHECKS["bin"], arrays)
     for c, case in enumerate(cases):
         case["samples"] = [{"name": n, "arrays": {k.rsplit("/", 1)[1]: v for k, v in index.items()
@@ -355,7 +343,7 @@ def compare_report(report: Path, checks: dict) -> list[str]:
     upright = json.loads((report / "upright.json").read_text())
     for o in range(1, 9):
         h, w, *values = upright.get(str(o), [0, 0])
-        if not np.array_equal(np.array(values, dtype=np.uint8).reshape(h, w, 3), exif_upright(o, stored)):
+        if not np.array_equal(np.array(values, dtype=np.uint8).reshape(h, w, 3), pil_upright(o, stored)):
             problems.append(f"EXIF orientation {o}: Swift's upright photo differs from PIL's exif_transpose")
     return problems
 

@@ -270,3 +270,20 @@ def copy_to_app(staging: Path, dest: Path) -> None:
         dest.rename(old)
     tmp.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def pil_upright(orientation: int, stored):
+    """PIL's ImageOps.exif_transpose of `stored` tagged with an EXIF orientation, as
+    pipeline.golden.load_photo applies it: what both apps' EXIF re-index is tested against."""
+    import io
+
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    im = Image.fromarray(stored)
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    im.save(buf, "PNG", exif=exif)
+    buf.seek(0)
+    return np.asarray(ImageOps.exif_transpose(Image.open(buf)).convert("RGB"))

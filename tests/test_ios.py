@@ -102,7 +102,7 @@ def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
     stored = np.random.default_rng(23).integers(0, 256, (5, 7, 3), dtype=np.uint8)
     for o in range(1, 9):
         h, w, *values = upright[str(o)]
-        assert np.array_equal(np.array(values, np.uint8).reshape(h, w, 3), ios_app.exif_upright(o, stored)), o
+        assert np.array_equal(np.array(values, np.uint8).reshape(h, w, 3), ios_app.pil_upright(o, stored)), o
 
 
 @pytest.mark.parametrize("broken", ["compile", "metric"])
