@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,25 +164,59 @@ def whole_photo(img: np.ndarray, how) -> np.ndarray:
 
 def load_photo(path: str | Path) -> np.ndarray:
     """A user's image file -> uint8 [H,W,3] as the contract takes it: decoded by PIL, EXIF
-    orientation applied, grey and palette images as RGB, alpha dropped. No crop, no resize."""
+    orientation applied, grey and palette images as RGB, alpha dropped, 16-bit pixels to 8 bits
+    (eight_bit). No crop, no resize. The size is checked from the header, before anything is decoded."""
     try:
-        with Image.open(path) as im:
+        with warnings.catch_warnings():
+            # Pillow warns on stderr above 89 MP; every such photo is refused below, in one line
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            opened = Image.open(path)
+        with opened as im:
+            check_photo_size(im.height, im.width, str(path))  # the header's size: a 169 MP file is never decoded
             im = ImageOps.exif_transpose(im)
             im.load()
-            arr = np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
+            arr = np.asarray(eight_bit(im, str(path)).convert("RGB"))
+    except Image.DecompressionBombError as exc:  # over Pillow's own limit (179 MP): far over MAX_SIDE too
+        raise InputError(f"{path}: the photo has more pixels than Pillow opens ({exc.__class__.__name__}), "
+                         f"so it is over {MAX_SIDE}x{MAX_SIDE}", _SIZE_FIX) from exc
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise InputError(
             f"{path}: cannot be decoded as an image ({exc.__class__.__name__})",
             "use a PNG, JPEG or WebP file",
         ) from exc
-    check_photo_size(arr.shape[0], arr.shape[1], str(path))
     return arr
+
+
+# Pillow's modes for 16-bit grey; "I" (32-bit integers) is also what it gives a 16-bit PGM, scaled to 0..65535
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+def eight_bit(im: Image.Image, what: str) -> Image.Image:
+    """The image with 8-bit pixels, never clipped. PIL's convert("RGB") clips 16-bit grey (mode I;16)
+    and 32-bit (I, F) pixels to 255, so almost every pixel of a 16-bit photo would turn white.
+
+    The reference cannot take these files as decoded: torchvision's ToTensor divides only 8-bit
+    images by 255 and passes I;16 / I / F values through unscaled, far outside the [0, 1] its
+    texture stage reads. So 16-bit grey is brought to 8 bits the way Pillow's own decoders bring 16-bit
+    colour and grey-with-alpha PNGs to 8 bits, the high byte (v >> 8): a 16-bit photo gives the same
+    pixels whether it is stored as grey or as RGB. Mode I is read so when every value fits 16 bits.
+    Float pixels (F) and wider integers have no range to scale from (0..1? 0..255? 0..65535?): refused."""
+    if im.mode not in (*SIXTEEN_BIT_MODES, "I", "F"):
+        return im
+    values = np.asarray(im)
+    if im.mode == "F" or values.min() < 0 or values.max() > 65535:
+        kind = "32-bit float" if im.mode == "F" else "32-bit integer (beyond 16-bit)"
+        raise InputError(f"{what}: {kind} pixels (PIL mode {im.mode}) have no fixed range to bring to 8 bits",
+                         "save the photo as an 8- or 16-bit PNG, TIFF or JPEG")
+    return Image.fromarray((values.astype(np.uint32) >> 8).astype(np.uint8))
+
+
+_SIZE_FIX = f"use a photo of {MIN_SIDE} to {MAX_SIDE} pixels per side (downscale larger ones first)"
 
 
 def check_photo_size(height: int, width: int, what: str) -> None:
     if not (MIN_SIDE <= height <= MAX_SIDE and MIN_SIDE <= width <= MAX_SIDE):
-        raise InputError(f"{what}: the photo is {width}x{height} pixels, outside {MIN_SIDE}..{MAX_SIDE} per side",
-                         f"use a photo of {MIN_SIDE} to {MAX_SIDE} pixels per side (downscale larger ones first)")
+        raise InputError(f"{what}: the photo is {width}x{height} pixels, outside {MIN_SIDE}..{MAX_SIDE} per side", _SIZE_FIX)
 
 
 def seeded_queries(count: int, dim: int, seed: int = QUERY_SEED) -> np.ndarray:

