@@ -98,6 +98,19 @@ def size_rule(size: float, budget: float) -> str:
     return f"{kb(size)} of {kb(budget)} budget: {verdict} {kb(abs(margin))} ({abs(margin)} B)"
 
 
+def size_cells(size: int | None, budget: int | None) -> tuple[str, str]:
+    """(size, rule) in one unit per row, the budget's: `224.8 KB`, `<= 226.4 KB: 1.6 KB under`.
+    The build's table and the report both print sizes this way."""
+    if size is None:
+        return "-", "-"
+    scale, unit = (1024 * 1024, "MB") if (budget or size) >= 10 * 1024 * 1024 else (1024, "KB")
+    fmt = lambda n: f"{n / scale:.1f} {unit}"  # noqa: E731
+    if not budget:
+        return fmt(size), "no budget"
+    margin = budget - size
+    return fmt(size), f"<= {fmt(budget)}: {fmt(abs(margin))} {'under' if margin >= 0 else 'OVER'}"
+
+
 def _fmt(value) -> str:
     return "unmeasured" if value is None else f"{value:.4g}"
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .golden import GoldenSplit
+from .parity import size_cells
 
 SHOWN_SAMPLES = ("astronaut/centre", "chelsea/whole", "flower/portrait", "hubble_deep_field/panorama")
 METRICS = ("relevance_max_abs", "relevance_mean_abs", "weights_max_abs", "topk_overlap_mean", "topk_overlap_min")
@@ -67,7 +68,9 @@ def load_outputs(out: Path, manifest: dict) -> list[dict]:
             with np.load(path) as data:
                 if str(data["checkpoint"]) != ckpt:
                     continue
+                reference = ((entry["variants"][variant] or {}).get("parity") or {}).get("reference", EAGER)
                 runs.append({"target": name, "variant": variant, "runtime": str(data["runtime"]),
+                             "reference": reference,
                              "relevance": data["relevance"], "topk_indices": data["topk_indices"]})
     return runs
 
@@ -141,13 +144,32 @@ def variant_rows(manifest: dict) -> list[dict]:
         for vname, v in variants.items():
             parity = v.get("parity") or {}
             rows.append({
-                "target": name, "variant": vname, "status": v.get("status", entry.get("status")),
+                "target": name, "variant": vname, "status": status_words(entry.get("status"), v.get("status")),
+                "variant_status": v.get("status", entry.get("status")),
                 "target_status": entry.get("status"), "reason": v.get("reason") or entry.get("reason") or "",
                 "bytes": (v.get("size") or {}).get("bytes"), "budget": (v.get("size") or {}).get("budget"),
                 "metrics": parity.get("metrics") or {}, "gate": parity.get("gate") or {},
-                "runtime": parity.get("runtime") or "not run on this host", "measured": parity.get("measured"),
+                "runtime": parity.get("runtime") or _not_measured(entry.get("status")), "measured": parity.get("measured"),
             })
     return rows
+
+
+EAGER = "eager PyTorch float32"
+
+
+def status_words(target_status, variant_status) -> str:
+    """The terminal's words (pipeline/cli.summary_rows): the target's status, and the variant's own
+    in brackets when it is not what that status implies (a published target's variants are verified)."""
+    expected = "verified" if target_status == "published" else target_status
+    if variant_status in (None, expected):
+        return str(target_status)
+    return f"{target_status} ({variant_status})"
+
+
+def _not_measured(target_status) -> str:
+    if target_status == "failed":
+        return "not measured: the target failed before or during verification (see its reason)"
+    return "not run on this host"
 
 
 def _gate_text(gate: dict, metric: str) -> str:
@@ -310,14 +332,14 @@ def _parity_table(rows: list[dict]) -> str:
         for metric in METRICS:
             value, gate = r["metrics"].get(metric), _gate_text(r["gate"], metric)
             # an unverified variant's open parity limits are "not measured", not failures
-            failed = _fails(r["gate"], metric, value) and not (value is None and r["status"] == "unverified")
+            failed = _fails(r["gate"], metric, value) and not (value is None and r["variant_status"] == "unverified")
             klass = "fail" if failed else ("pass" if gate and value is not None else "")
             cells.append(f"<td class='{klass}' data-metric='{metric}'>{fmt_metric(value)}"
                          f"{'<br><small>' + gate + '</small>' if gate else ''}</td>")
         out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}'>"
                    f"<td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>"
-                   f"<td class='{r['status']}'>{r['status']}<br><small>{html.escape(r['reason'])}</small></td>"
-                   f"<td data-metric='size_bytes'>{fmt_bytes(r['bytes'])} / {fmt_bytes(r['budget'])}</td>"
+                   f"<td class='{r['variant_status']}'>{html.escape(r['status'])}<br><small>{html.escape(r['reason'])}</small></td>"
+                   f"<td data-metric='size_bytes'>{' '.join(size_cells(r['bytes'], r['budget']))}</td>"
                    f"{''.join(cells)}<td><small>{html.escape(r['runtime'])}</small></td></tr>")
     return "".join(out) + "</table>"
 
@@ -395,6 +417,14 @@ def _pictures(heldout: GoldenSplit | None, runs: list[dict], manifest: dict) -> 
                 "was written (a merge draws them when given <code>--checkpoint</code>).</p>")
     parts = ["<p>Heatmap: relevance (0 dark, 1 bright); green squares: the top-K patches. "
              "Each panel's caption gives its top-K overlap with eager PyTorch on that photo.</p>"]
+    # a variant held to another reference (the text encoder: its own queries) ran other inputs:
+    # its maps beside eager's would read as a parity failure that its table row does not have
+    other = [r for r in runs if r.get("reference", EAGER) != EAGER]
+    if other:
+        parts.append("<p>Not drawn, because they ran other queries than these maps: "
+                     + html.escape("; ".join(f"{r['target']} {r['variant']} (compared with {r['reference']}, "
+                                             f"see the parity table)" for r in other)) + "</p>")
+        runs = [r for r in runs if r not in other]
     missing = (manifest.get("merge") or {}).get("missing_outputs")
     if missing:
         parts.append(f"<p>Saved outputs missing from their merged part (uploaded without <code>.cache/report</code>): "
@@ -417,7 +447,7 @@ def render_markdown(manifest: dict, bench: dict | None) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in variant_rows(manifest):
         m = r["metrics"]
-        lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {fmt_bytes(r['bytes'])} / {fmt_bytes(r['budget'])} | "
+        lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {' '.join(size_cells(r['bytes'], r['budget']))} | "
                      f"{fmt_metric(m.get('relevance_max_abs'))} | {fmt_metric(m.get('topk_overlap_mean'))} | "
                      f"{fmt_metric(m.get('topk_overlap_min'))} | {r['reason'].replace('|', '/')} |")
     lines += _apps_markdown(manifest)

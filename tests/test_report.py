@@ -128,3 +128,27 @@ def test_report_shows_how_each_app_was_compiled_and_tested():
     assert "a/Golden.kt" in page and "the APK (Android Gradle Plugin)" in page
     md = render_markdown(manifest, None)
     assert "| android | passed  | kotlinc-jvm 2.0.21 (JRE 17.0.15) | 2 | 7 of 7 |" in md
+
+
+def test_report_speaks_the_terminal_language():
+    """Issue 29: the report said 'verified' where the terminal said 'published', 'not run on this
+    host' for a target that failed, and drew the text encoder's maps (other queries) under 'top-K vs
+    eager 0.219' beside a parity table that says 1.000."""
+    from pipeline.report import _pictures, render_html, status_words, variant_rows
+
+    assert status_words("published", "verified") == "published"
+    assert status_words("unverified", "unverified") == "unverified"
+    assert status_words("failed", "verified") == "failed (verified)"
+    manifest = {"targets": {
+        "onnx": {"status": "published", "variants": {"fp32": {"status": "verified", "size": {"bytes": 421636, "budget": 821266},
+                                                              "parity": {"runtime": "onnxruntime", "reference": "eager PyTorch float32"}}}},
+        "onnx-int8": {"status": "failed", "reason": "int8-ort: size ...", "variants": {}}}}
+    rows = {r["target"]: r for r in variant_rows(manifest)}
+    assert rows["onnx"]["status"] == "published"
+    assert rows["onnx-int8"]["runtime"].startswith("not measured: the target failed")
+    page = render_html(manifest, None, [], None)
+    assert "411.8 KB &lt;= 802.0 KB: 390.3 KB under" in page or "411.8 KB <= 802.0 KB: 390.3 KB under" in page
+    heldout = type("H", (), {"names": []})()
+    runs = [{"target": "text-encoder", "variant": "int8", "reference": "exact MiniLM encoder + eager model"}]
+    text = _pictures(heldout, runs, manifest)
+    assert "Not drawn, because they ran other queries" in text and "text-encoder int8" in text
