@@ -8,13 +8,22 @@ from __future__ import annotations
 import os
 import sys
 
-from invoke import Exit, task
+from invoke import Exit, Task, task
 
 from pipeline.errors import BuildInterrupted
 
 INTERRUPTED = BuildInterrupted.exit_code  # 130, as a shell reports a process stopped by Ctrl-C
 
 VERBOSE = "show tracebacks"
+
+
+class HelpKeepsH(Task):
+    """A task whose options never take `-h` as their short flag: Invoke gives each option the first
+    free letter of its name, so predict's --heatmap took -h and `invoke predict -h` was an error
+    instead of the help. Here --heatmap gets -e, and -h stays help."""
+
+    def arg_opts(self, name, default, taken_names):
+        return super().arg_opts(name, default, {*taken_names, "h"})
 
 
 def _exit(code: int) -> None:
@@ -80,13 +89,13 @@ def _runtimes_help() -> str:
             "(by its bench.json when there is one)")
 
 
-@task(help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded",
+@task(klass=HelpKeepsH, help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded",
             "query": "the question as text: through the published text-encoder (arr-coc-0-1's own for reference checkpoints), or MiniLM for D=384",
             "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
             "out": "output folder with published artifacts; default: artifacts/",
             "runtime": _runtimes_help(),
             "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights} to this file",
-            "heatmap": "write the photo with the relevance map and the top-K cells drawn on it (PNG)",
+            "heatmap": "write the photo with the relevance map (the web page's colours), the top-K cells outlined and a legend: .png (or .jpg, .webp); short flag -e",
             "verbose": VERBOSE})
 def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
             verbose=False):

@@ -143,10 +143,6 @@ def run_stage(target: Target, ctx: BuildContext) -> StageResult:
     return result
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def run_build(
     targets: list[Target],
     registry: dict[str, Target],
@@ -156,24 +152,45 @@ def run_build(
     strict: bool = True,
     options: dict | None = None,
 ) -> BuildResult:
-    """Build, verify, gate and publish. strict: a missing extra is an error, not a skip."""
+    """Build, verify, gate and publish. strict: a missing extra is an error, not a skip.
+
+    SIGINT and SIGTERM go through publish.record_interrupt, so an interrupt whose exception a
+    library swallowed still stops the build at the next stage boundary, and always before the
+    switch (publish.check_interrupted)."""
     started = time.monotonic()
     publish.prepare_out_dir(out)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    handlers = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    published_before = None
     try:
         with publish.build_lock(out, log):
             publish.recover(out, publish.read_manifest(out), log)  # what a killed build left behind
+            published_before = publish.generation_id(out)
             order = plan(targets, registry)
             result = _build_locked(order, checkpoint, out, log, strict, started, options or {},
                                    requested={t.name for t in targets})
-            return result
+        publish.check_interrupted()  # one lost while the lock was released: the build did not finish quietly
+        return result
     except KeyboardInterrupt as exc:
-        raise BuildInterrupted(
-            f"build interrupted ({exc or 'SIGINT'}); nothing was published",
-            "the previously published artifacts are intact: run the build again",
-        ) from exc
+        error = _interrupted(out, published_before, str(exc) or "SIGINT")
+        publish.reset_interrupts()  # reported by this error: a later build in this process starts clean
+        raise error from exc
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(out: Path, published_before: str | None, why: str) -> BuildInterrupted:
+    """The interrupt's one line, true to what happened: the publish switched already (a signal held
+    during the switch arrives right after it) or nothing was published."""
+    try:
+        now = publish.generation_id(out)
+    except ArrcocError:
+        now = published_before
+    if now is not None and now != published_before:
+        return BuildInterrupted(f"build interrupted ({why}) after it published {out}",
+                                f"nothing to fix: the new publish is complete (`invoke verify --out {out}` checks it)")
+    return BuildInterrupted(f"build interrupted ({why}); nothing was published",
+                            "the previously published artifacts are intact: run the build again")
 
 
 def _build_locked(order, checkpoint, out, log, strict, started, options, requested) -> BuildResult:
@@ -188,6 +205,7 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
     if ckpt.ignored_keys:
         log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
+    publish.check_interrupted()
     program = export_cached(ckpt, publish.cache_root(out) / "export")
     log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
     golden = build_golden_set(ckpt.model, ckpt.config)
@@ -195,7 +213,9 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     stages: dict[str, StageResult] = {}
     try:
         for target in order:
+            publish.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
             stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
+        publish.check_interrupted()
         chosen = to_publish(requested, stages)
         for name, stage in stages.items():
             if stage.publishable and name not in chosen:

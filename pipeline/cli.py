@@ -7,6 +7,7 @@ import traceback
 from pathlib import Path
 
 from . import options as opts
+from .parity import size_cells
 from .errors import ArrcocError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -14,18 +15,6 @@ REPO = Path(__file__).resolve().parent.parent
 # seeded initialisation it started from, kept as the untrained baseline (pipeline/train.py).
 DEFAULT_CHECKPOINT = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
 DEFAULT_OUT = REPO / "artifacts"
-
-
-def size_cells(size: int | None, budget: int | None) -> tuple[str, str]:
-    """(size, rule) in one unit per row, the budget's: `224.8 KB`, `<= 226.4 KB: 1.6 KB under`."""
-    if size is None:
-        return "-", "-"
-    scale, unit = (1024 * 1024, "MB") if (budget or size) >= 10 * 1024 * 1024 else (1024, "KB")
-    fmt = lambda n: f"{n / scale:.1f} {unit}"  # noqa: E731
-    if not budget:
-        return fmt(size), "no budget"
-    margin = budget - size
-    return fmt(size), f"<= {fmt(budget)}: {fmt(abs(margin))} {'under' if margin >= 0 else 'OVER'}"
 
 
 def parity_cell(report) -> str:
@@ -73,13 +62,20 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
     """Run a task body and return its exit code. A typed error prints its one line; anything else
     (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose.
     Ctrl-C (or SIGTERM) at any moment of any task is exit 130 and one line: Invoke would answer a
-    KeyboardInterrupt that reaches it with exit 1 and no message."""
+    KeyboardInterrupt that reaches it with exit 1 and no message. The signal is recorded as well
+    as raised (publish.record_interrupt), so one whose exception a library swallowed (a weakref
+    callback, a __del__) is still exit 130."""
     import signal
 
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    from . import publish
+
+    publish.reset_interrupts()
+    previous = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         _announce_ready()
-        return task() or 0
+        code = task() or 0
+        publish.check_interrupted()  # one lost after the task's last check still ends as an interrupt
+        return code
     except ArrcocError as exc:
         if verbose:
             traceback.print_exc()
@@ -108,7 +104,9 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
               file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        publish.reset_interrupts()  # the record belongs to this task only
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -138,12 +136,6 @@ def _announce_ready() -> None:
     path = os.environ.get(READY_ENV)
     if path:
         Path(path).touch()
-
-
-def _raise_interrupt(signum, frame):
-    import signal
-
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
@@ -191,10 +183,25 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     cache = "cache hit" if result.exported_cache_hit else "fresh export"
     print(f"\n{len(result.stages)} target(s) in {result.seconds:.1f}s ({cache}); manifest: {result.out / 'manifest.json'}")
     if not result.ok:
-        failed = [s.target.name for s in result.stages if s.status == "failed"]
-        print(f"error: {', '.join(failed)} failed; nothing of those was published -> fix: see the reasons above", file=sys.stderr)
+        failed = [s for s in result.stages if s.status == "failed"]
+        print(f"error: {', '.join(s.target.name for s in failed)} failed; nothing of those was published "
+              f"-> fix: {next_step(failed[0], root, verbose)}", file=sys.stderr)
         return 3
     return 0
+
+
+def next_step(stage, root: Path, verbose: bool) -> str:
+    """The closing line's action for the first failed target: its own error's fix when it carries
+    one (`kind: problem -> fix: action`), else how to see why (the gate's numbers, a converter's
+    traceback and its third-party output)."""
+    from .console import LOG_NAME
+    from .publish import state_dir
+
+    reason = stage.reason or ""
+    if " -> fix: " in reason:
+        return f"{stage.target.name}: {reason.split(' -> fix: ', 1)[1]}"
+    rerun = f"invoke build --target {stage.target.name} --out {root}" + ("" if verbose else " --verbose")
+    return f"run `{rerun}` and read its reason above and {state_dir(root) / LOG_NAME}"
 
 
 def verify(out: str | None, verbose: bool = False) -> int:
@@ -215,14 +222,21 @@ def _verify(root: Path) -> int:
         manifest = publish.read_manifest(base)
         if not manifest:
             raise InputError(f"no manifest in {root}", "run `invoke build` first")
+        if not manifest.get("targets"):  # an emptied or replaced manifest vouches for nothing
+            raise InputError(f"the manifest in {root} lists no targets (it was emptied or replaced)",
+                             f"rebuild with `invoke build --out {root}` (or restore its manifest.json)")
         lines, bad = check_published(base, manifest)
         if not bad or publish.generation_id(root) == before:
             break
     print("\n".join(lines))
+    files = sum(len(e.get("files", [])) for e in manifest["targets"].values())
     if bad:
+        print(f"verify: {bad} problem{'s' if bad != 1 else ''} in {root}")
         print(f"error: {bad} finding(s) differ from the manifest -> fix: rebuild with `invoke build` "
               f"(remove links and files you added to {root})", file=sys.stderr)
         return 3
+    print(f"verify: OK, {files} file{'s' if files != 1 else ''} of {len(manifest['targets'])} target(s) "
+          f"match the manifest in {root}")
     return 0
 
 
@@ -313,7 +327,8 @@ def _clean(root: Path) -> int:
     from . import publish
 
     state = publish.state_dir(root)
-    if not (state / publish.LEDGER).is_file() and publish._old_layout_generation(root) is None:
+    # lexists, not is_file: a ledger that is a FIFO or a link is the state's, refused by publish.clean
+    if not os.path.lexists(state / publish.LEDGER) and publish._old_layout_generation(root) is None:
         print(f"nothing to clean: {root} is not an output folder of arrcoc-edge (no {state.name}/"
               f"{publish.LEDGER}); nothing was removed")
         return 0
@@ -354,44 +369,43 @@ def _bench(root: Path, runs: int) -> int:
 
 def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False) -> int:
     """`invoke predict`: one whole photo and a query through a published artifact."""
-    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap), verbose, "predict")
+    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose),
+                   verbose, "predict")
 
 
-def _predict(image, query, query_embedding, out, runtime, json_path, heatmap) -> int:
-    import json
-
+def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
+    """Every option is checked before the model runs: a bad output path found after it would
+    throw the answer away (and a path over an input would destroy the input)."""
     import targets as target_table
 
     from . import predict as pr
+    from .errors import InputError
     from .publish import pinned, read_manifest
 
+    if image is None:
+        raise InputError("--image is required (the photo to run the model on)", "pass --image PHOTO, e.g. --image cat.jpg")
     if (query is None) == (query_embedding is None):
-        from .errors import InputError
-
         raise InputError("give exactly one of --query TEXT and --query-embedding FILE.npy",
                          "e.g. --query 'where is the cat?' or --query-embedding q.npy (float32 [D])")
+    if query is not None:
+        pr.check_query_text(query)
     photo = opts.existing_file("image", image)
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
-    json_file = opts.writable_file("json", json_path) if json_path is not None else None
-    heatmap_file = opts.writable_file("heatmap", heatmap) if heatmap is not None else None
     root = opts.in_folder(out, DEFAULT_OUT)
+    inputs = [photo] + ([embedding] if embedding else [])
+    json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
+    heatmap_file = pr.output_file("heatmap", heatmap, inputs, root) if heatmap is not None else None
+    fmt = pr.heatmap_format("heatmap", heatmap_file) if heatmap_file else None
+    if json_file and heatmap_file and os.path.realpath(json_file) == os.path.realpath(heatmap_file):
+        raise InputError(f"--json and --heatmap name one file ({json_file})", "give them two different file names")
     base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
     manifest = read_manifest(base)
     if not manifest.get("targets"):
-        from .errors import InputError
-
         raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
-    result = pr.predict(base, manifest, target_table.TARGETS, photo, query, embedding, runtime)
+    result = pr.predict(base, manifest, target_table.TARGETS, photo, query, embedding, runtime, shown=root,
+                        verbose=verbose)
     print(pr.describe(result))
-    if json_file:
-        json_file.write_text(json.dumps(result.to_json()) + "\n")
-        print(f"json: {json_file}")
-    if heatmap_file:
-        from .golden import load_photo
-        from .overlay import heatmap as draw
-
-        draw(load_photo(photo), result.relevance, result.topk_indices, result.grid).save(heatmap_file)
-        print(f"heatmap: {heatmap_file}")
+    pr.save_outputs(result, photo, json_file, heatmap_file, fmt)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -116,7 +117,13 @@ def _open_log(out_dir: Path):
         out_dir.mkdir(parents=True, exist_ok=True)
         if path.is_file() and path.stat().st_size > _MAX_LOG_BYTES:
             path.unlink()
-        log = open(path, "a", buffering=1)  # append: two builds queued on one folder both keep theirs
+        # a regular file only, never through a link: a FIFO named build.log would block every build
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+        log = open(fd, "a", buffering=1)  # append: two builds queued on one folder both keep theirs
     except (OSError, ValueError):
         return None
     log.write(f"\n=== build pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}: "

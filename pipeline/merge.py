@@ -349,7 +349,7 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     candidates = [checkpoint] if checkpoint else [Path(str(data["checkpoint"].get("path"))), default_checkpoint]
     heldout = heldout_for(data, [p for p in candidates if p], checkpoint is not None, log)
     publish.prepare_out_dir(out)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, publish.record_interrupt)  # recorded: a swallowed one still counts
     try:
         with publish.build_lock(out, log):
             publish.recover(out, publish.read_manifest(out), log)
@@ -359,6 +359,7 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
                 missing = copy_caches(parts, chosen, out, log)
                 if missing:
                     data["merge"]["missing_outputs"] = missing
+                publish.check_interrupted()  # one a library swallowed: never publish after a Ctrl-C
                 publish.publish(out, staged, data, write_extras=lambda gen: _write_report(out, gen, heldout, log),
                                 log=log)
             finally:
@@ -369,10 +370,6 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     finally:
         signal.signal(signal.SIGTERM, previous)
     return data
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _write_report(out: Path, gen: Path, heldout, log) -> None:

@@ -7,8 +7,12 @@ Published files are checked against the manifest's sha256 before they are loaded
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +26,10 @@ from .target import Target
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
 # (onnxruntime FP32 fastest; see the README's benchmark table).
 PREFERRED = ("onnx", "onnx-int8", "executorch", "ptl")
+TIMED_CALLS = 5  # after one untimed warm-up call: the median is what a running app sees per photo
+# A query embedding is of order 1 (MiniLM's are unit vectors, Qwen3-VL's token means below 1);
+# values past this are a wrong file, and near float32's limit they overflow to NaN in the model.
+MAX_QUERY_ABS = 1e4
 
 
 @dataclass
@@ -33,7 +41,7 @@ class Prediction:
     relevance: np.ndarray  # [G*G]
     topk_indices: np.ndarray  # [K]
     weights: np.ndarray  # [3]
-    milliseconds: float
+    milliseconds: float  # median of TIMED_CALLS warm calls
 
     def to_json(self) -> dict:
         return {"grid": self.grid, "top_k": self.top_k, "image_size": list(self.image_size), "runtime": self.runtime,
@@ -59,35 +67,70 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
     return names
 
 
-def choose_runtime(requested: str | None, names: dict, out: Path) -> str:
+def choose_runtime(requested: str | None, names: dict, out: Path, manifest: dict, targets: dict,
+                   shown: Path | None = None) -> str:
+    """The runtime to run: the one asked for, else the fastest by bench.json, else PREFERRED's
+    order. `out` is the folder read (one pinned generation); `shown` the folder the user named,
+    the only one a message names."""
+    shown = shown or out
     if not names:
-        raise InputError(f"nothing published in {out} runs in this process",
+        raise InputError(f"nothing published in {shown} runs in this process",
                          "run `invoke build --target onnx` (or executorch, ptl) first")
     if requested is not None:
         if requested not in names:
-            raise InputError(f"runtime {requested!r} is not published in {out}",
+            raise InputError(_not_runnable(requested, manifest, targets, shown),
                              f"use one of: {', '.join(sorted(names))}")
         return requested
     measured = _bench_order(out, names)
     return next((n for n in measured + list(PREFERRED) if n in names), sorted(names)[0])
 
 
+def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) -> str:
+    """Why --runtime `requested` cannot run here, true to the manifest: not published, or
+    published but with no runtime in a Python process (its summary says where it runs)."""
+    name = requested.split(":", 1)[0]
+    entry = (manifest.get("targets") or {}).get(name) or {}
+    target = targets.get(name)
+    if entry.get("status") != "published" or target is None:
+        return f"runtime {requested!r} is not published in {shown}"
+    if type(target).published_runner is Target.published_runner:
+        return f"{name!r} is published in {shown} but has no runtime in Python ({target.summary})"
+    if target.missing_modules():
+        return f"{name!r} is published in {shown} but its runtime ({', '.join(target.missing_modules())}) is not installed"
+    return f"{requested!r} is not a verified variant of {name!r} in {shown}"
+
+
 def _bench_order(out: Path, names: dict) -> list[str]:
     """Runtime names by their batch-1 median in OUT/bench.json (this host's own measurement)."""
-    try:
-        rows = json.loads((out / "bench.json").read_text()).get("rows") or []
-    except (OSError, ValueError):
+    from .publish import read_state_json
+
+    try:  # a regular file of bounded size only: a FIFO or a link to /dev/zero here is no measurement
+        data = read_state_json(out / "bench.json", 16 * 1024 * 1024, lambda path, why: ValueError(why))
+    except ValueError:
         return []
+    rows = data.get("rows") if isinstance(data, dict) else None
     best: dict[str, float] = {}
-    for row in rows:
-        if row.get("batch") != 1:
-            continue
-        for name, (target, variant) in names.items():
-            label = row.get("runtime", "")
-            if name == target and (label.startswith(f"onnxruntime {variant} ") if target.startswith("onnx")
-                                   else label.startswith(target.replace("ptl", "lite interpreter"))):
-                best[name] = min(best.get(name, float("inf")), float(row["median_ms"]))
+    for row in rows if isinstance(rows, list) else []:
+        for name, ms in _row_times(row, names):
+            best[name] = min(best.get(name, float("inf")), ms)
     return sorted(best, key=best.get)
+
+
+def _row_times(row, names: dict) -> list[tuple[str, float]]:
+    """(runtime name, batch-1 median ms) for one bench.json row; nothing for a row of another
+    shape (the file is read like user input: a wrong type is skipped, never an internal error)."""
+    if not isinstance(row, dict) or row.get("batch") != 1 or not isinstance(row.get("runtime"), str):
+        return []
+    try:
+        ms = float(row["median_ms"])
+    except (KeyError, TypeError, ValueError):
+        return []
+    label, found = row["runtime"], []
+    for name, (target, variant) in names.items():
+        if name == target and (label.startswith(f"onnxruntime {variant} ") if target.startswith("onnx")
+                               else label.startswith(target.replace("ptl", "lite interpreter"))):
+            found.append((name, ms))
+    return found
 
 
 def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, manifest: dict,
@@ -96,8 +139,7 @@ def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, 
     this checkpoint has: a published one (arr-coc-0-1's, Target.encode_query), else MiniLM for D=384."""
     if embedding is not None:
         return _embedding_file(embedding, dim)
-    if not text.strip():
-        raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
+    check_query_text(text)
     for name, entry in (manifest.get("targets") or {}).items():
         if entry.get("status") == "published" and name in targets and not targets[name].missing_modules():
             query = targets[name].encode_query(out, entry, text)
@@ -118,42 +160,114 @@ def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, 
         logging.disable(logging.NOTSET)
 
 
+def check_query_text(text: str) -> None:
+    """A sentence the encoders can take: not empty, and text (a shell's $'\\xff\\xfe' arrives as
+    undecodable bytes, which no tokenizer takes)."""
+    if not text.strip():
+        raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"--query {_as_bytes(text)[:40]!r} is not UTF-8 text",
+                         "type the question as text (or pass --query-embedding FILE.npy)") from None
+
+
+def _as_bytes(text: str) -> bytes:
+    """The bytes a user typed (undecodable ones come back as surrogates), escaped where they are not."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
+
+
 def _embedding_file(embedding: Path, dim: int) -> np.ndarray:
+    fix = "save the embedding with numpy.save(path, vector.astype('float32'))"
     try:
         vec = np.load(embedding, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{embedding}: not a readable .npy file ({exc.__class__.__name__})",
-                         "save the embedding with numpy.save(path, vector.astype('float32'))") from exc
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
+        raise InputError(f"{embedding}: not a readable .npy file ({exc.__class__.__name__})", fix) from exc
+    if not isinstance(vec, np.ndarray):  # an .npz archive: several arrays, none of them chosen
+        vec.close()
+        raise InputError(f"{embedding} is an .npz archive, not one array", fix)
     if vec.dtype != np.float32 or vec.shape != (dim,):
         raise InputError(f"{embedding} holds {vec.dtype} {list(vec.shape)}, this checkpoint takes float32 [{dim}]",
                          f"save a float32 vector of shape [{dim}] (the checkpoint's query width)")
     if not np.isfinite(vec).all():
         raise InputError(f"{embedding} holds NaN or infinite values", "save a finite query embedding")
+    if np.abs(vec).max() > MAX_QUERY_ABS:
+        raise InputError(f"{embedding} holds values up to {np.abs(vec).max():.3g}; a query embedding is of "
+                         f"order 1 (at most {MAX_QUERY_ABS:g} is taken)",
+                         "save the checkpoint's own embedding of the query (MiniLM's or the token table's)")
     return vec[None]
 
 
 def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: str | None,
-            embedding: Path | None, runtime: str | None) -> Prediction:
+            embedding: Path | None, runtime: str | None, shown: Path | None = None,
+            verbose: bool = False) -> Prediction:
+    """`out`: the pinned generation read; `shown`: the folder the user named (for messages)."""
     settings = (manifest.get("checkpoint") or {}).get("model") or {}
     grid, top_k, dim = settings["grid"], settings["top_k"], settings["query_dim"]
     names = runnable(manifest, targets)
-    name = choose_runtime(runtime, names, out)
+    name = choose_runtime(runtime, names, out, manifest, targets, shown)
     photo = load_photo(photo_path)
-    query = query_vector(text, embedding, dim, out, manifest, targets)
     target, variant = names[name]
     entry = manifest["targets"][target]
     check_published(out, entry, variant)
-    runner = targets[target].published_runner(out, entry, variant)
-    try:
-        inputs = {"image": photo[None], "query": query}
-        runner.run(inputs)  # warm: the first call of a runtime allocates and plans
+    with third_party_quiet(verbose):
+        query = query_vector(text, embedding, dim, out, manifest, targets)
+        runner = targets[target].published_runner(out, entry, variant)
+        try:
+            outs, ms = timed(runner, {"image": photo[None], "query": query})
+        finally:
+            runner.close()
+    result = Prediction(grid, top_k, photo.shape[:2], f"{name} ({runner.runtime})", np.asarray(outs["relevance"][0]),
+                        np.asarray(outs["topk_indices"][0]), np.asarray(outs["weights"][0]), ms)
+    check_finite(result)
+    return result
+
+
+def timed(runner, inputs: dict) -> tuple[dict, float]:
+    """The outputs and the median of TIMED_CALLS warm calls in ms (the first call of a runtime
+    allocates and plans: a cold time is no measure of the artifact)."""
+    outs = runner.run(inputs)
+    times = []
+    for _ in range(TIMED_CALLS):
         start = time.perf_counter()
-        outs = runner.run(inputs)
-        ms = (time.perf_counter() - start) * 1000.0
+        runner.run(inputs)
+        times.append((time.perf_counter() - start) * 1000.0)
+    return outs, float(np.median(times))
+
+
+def check_finite(p: Prediction) -> None:
+    """Never print or save NaN as an answer: non-finite outputs are refused with one line."""
+    if not (np.isfinite(p.relevance).all() and np.isfinite(p.weights).all()):
+        raise InputError(f"the model's output for this photo and query holds NaN or infinite values ({p.runtime})",
+                         "check the query (an embedding of ordinary, finite values) and the photo")
+
+
+@contextlib.contextmanager
+def third_party_quiet(verbose: bool):
+    """Runtimes talk on their own (XNNPACK's `[cpuinfo_utils.cpp:..]` from C++ straight to fd 2,
+    torch's UserWarnings): unless --verbose, file descriptors 1 and 2 go to /dev/null while they
+    load and run, as the build sends them to its log. predict's own lines are printed after."""
+    if verbose:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
     finally:
-        runner.close()
-    return Prediction(grid, top_k, photo.shape[:2], f"{name} ({runner.runtime})", np.asarray(outs["relevance"][0]),
-                      np.asarray(outs["topk_indices"][0]), np.asarray(outs["weights"][0]), ms)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def check_published(out: Path, entry: dict, variant: str) -> None:
@@ -173,10 +287,116 @@ def describe(p: Prediction) -> str:
     """What the terminal shows: the weights, then the selected cells by relevance."""
     h, w = p.image_size
     lines = [f"photo {w} x {h} px, grid {p.grid} x {p.grid} (cell {w / p.grid:.1f} x {h / p.grid:.1f} px), "
-             f"runtime {p.runtime}, {p.milliseconds:.2f} ms",
+             f"runtime {p.runtime}, {p.milliseconds:.2f} ms (median of {TIMED_CALLS} warm calls)",
              "weights: " + ", ".join(f"{k} {v:.3f}" for k, v in zip(WAYS_OF_KNOWING, p.weights)),
              f"top-{p.top_k} cells (row, col: relevance), most relevant first:"]
     order = sorted(p.topk_indices.tolist(), key=lambda i: -p.relevance[i])
     cells = [f"({i // p.grid},{i % p.grid}: {p.relevance[i]:.3f})" for i in order]
     lines += ["  " + " ".join(cells[k : k + 8]) for k in range(0, len(cells), 8)]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- where predict may write
+
+
+def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path:
+    """--json/--heatmap, checked before the model runs: a new or regular file in an existing,
+    writable folder, never one of the inputs (however named: ./p.jpg, a link, a hard link) and
+    never inside an output folder or its state (the publish is the tool's, replaced only whole)."""
+    if not str(value).strip():
+        raise InputError(f"--{option} is empty", f"leave --{option} out, or name a file to write")
+    path = Path(os.path.abspath(value))
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"--{option} {value!r}: folder {folder} does not exist",
+                         f"create it first (mkdir -p {folder}) or pass --{option} in an existing folder")
+    if os.path.lexists(path) and not path.is_file():
+        raise InputError(f"--{option} {value!r} exists and is not a regular file (a folder or device)",
+                         f"pass --{option} with a new file name or a file to replace")
+    for given in inputs:
+        if path.exists() and os.path.samefile(path, given):
+            raise InputError(f"--{option} {value!r} is the input file {given}: it would be overwritten",
+                             f"pass --{option} with another file name")
+    inside = _output_folder_holding(path, root)
+    if inside:
+        raise InputError(f"--{option} {value!r} is inside the output folder {inside}",
+                         f"pass --{option} with a path outside it (the tool replaces a publish only whole)")
+    _probe_folder(option, folder)
+    return path
+
+
+def _output_folder_holding(path: Path, root: Path) -> Path | None:
+    """The output folder `path` would be written into, as the user names it, or None. Checked as
+    named (OUT/manifest.json) and resolved (a link into a generation or the state beside OUT)."""
+    from .publish import STATE_SUFFIX
+
+    for p in path.parents:
+        if _is_output(p, root):
+            return p
+    real = Path(os.path.realpath(path.parent)) / path.name
+    for p in real.parents:
+        if _is_output(p, root):
+            return p
+        if p.name.endswith(STATE_SUFFIX) and p.name.startswith("."):  # the state: name its output folder
+            return p.parent / p.name[1:-len(STATE_SUFFIX)]
+    return None
+
+
+def _is_output(folder: Path, root: Path) -> bool:
+    """`folder` is an output folder: the --out given (however it resolves), or one with this tool's
+    state beside it."""
+    from .publish import LEDGER, pinned, state_dir
+
+    mine = {os.path.realpath(root)}
+    with contextlib.suppress(Exception):  # a damaged ledger is for the read to report
+        mine.add(os.path.realpath(pinned(root)))
+    return os.path.realpath(folder) in mine or os.path.lexists(state_dir(folder) / LEDGER)
+
+
+def _probe_folder(option: str, folder: Path) -> None:
+    """A temporary file made and removed in the folder: a read-only or vanished folder is found
+    before the model runs, not after."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".arrcoc-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write into {folder} for --{option} ({exc.strerror or exc})",
+                         f"pass --{option} with a path in a writable folder") from exc
+
+
+def heatmap_format(option: str, path: Path) -> str:
+    """The PIL format for the heatmap's file name, from its extension."""
+    from PIL import Image
+
+    Image.init()
+    fmt = Image.registered_extensions().get(path.suffix.lower())
+    if fmt is None or fmt not in Image.SAVE or fmt not in ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF"):
+        raise InputError(f"--{option} {path.name!r}: the extension {path.suffix or '(none)'!r} is not an image format",
+                         f"name the file .png (or .jpg, .webp), e.g. --{option} heat.png")
+    return fmt
+
+
+def save_outputs(result: Prediction, photo: Path, json_file: Path | None, heatmap_file: Path | None,
+                 heatmap_fmt: str | None, say=print) -> None:
+    """Write the JSON and the heatmap, each whole or not at all (publish.write_atomic): an error or
+    a Ctrl-C while saving leaves the previous file, or none. Each written file is said at once."""
+    from .errors import OutputDirError
+    from .publish import write_atomic
+
+    jobs = []
+    if json_file:
+        jobs.append(("json", json_file, lambda f: f.write((json.dumps(result.to_json()) + "\n").encode())))
+    if heatmap_file:
+        from .overlay import heatmap as draw
+
+        picture = draw(load_photo(photo), result.relevance, result.topk_indices, result.grid, result.top_k)
+        jobs.append(("heatmap", heatmap_file, lambda f: picture.save(f, format=heatmap_fmt)))
+    for label, path, write in jobs:
+        try:
+            write_atomic(path, write)
+        except OSError as exc:
+            raise OutputDirError(f"cannot write {path} ({exc.strerror or exc}); it was left as it was",
+                                 "free space on that device or pass another path") from exc
+        say(f"{label}: {path}")

@@ -136,17 +136,58 @@ def cache_root(folder: Path) -> Path:
 # ---------------------------------------------------------------- the ledger
 
 
+MAX_LEDGER_BYTES = 16 * 1024 * 1024  # thousands of entries; a ledger linked to /dev/zero is not read
+
+
 def read_ledger(out: Path) -> dict:
+    """The ledger, checked like user input: every name in it is later joined to a state path and
+    removed, so a name that is not one plain component ('../../victim.txt', '/home') or an entry
+    of the wrong type is refused (OutputDirError, nothing removed). A missing ledger is empty."""
     path = state_dir(out) / LEDGER
-    empty = {"tool": "arrcoc-edge", "generations": {}, "staging": []}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return empty
+    data = read_state_json(path, MAX_LEDGER_BYTES, _ledger_error)
+    if data is None:
+        return {"tool": "arrcoc-edge", "generations": {}, "staging": []}
     if not (isinstance(data, dict) and isinstance(data.get("generations"), dict)
             and isinstance(data.get("staging"), list)):
-        return empty
+        raise _ledger_error(path, "not a ledger (generations {...} and staging [...])")
+    for gen, info in data["generations"].items():
+        if not NAME.fullmatch(gen):
+            raise _ledger_error(path, f"names generation {gen[:80]!r}, not a folder name of its own")
+        if not isinstance(info, dict) or not isinstance(info.get("published", False), bool):
+            raise _ledger_error(path, f"holds {str(info)[:80]!r} for generation {gen}, not {{'published': true|false}}")
+    for run in data["staging"]:
+        if not isinstance(run, str) or not NAME.fullmatch(run):
+            raise _ledger_error(path, f"names staging run {str(run)[:80]!r}, not a folder name of its own")
     return data
+
+
+def _ledger_error(path: Path, why: str) -> OutputDirError:
+    return OutputDirError(
+        f"the tool's ledger {path} {why}; nothing was removed",
+        f"restore it from a backup, or move {path.parent} and the output folder's link aside, then build again")
+
+
+def read_state_json(path: Path, cap: int, error):
+    """A JSON file of the tool's own state (None when there is none), opened only when it is a
+    regular file of at most `cap` bytes: a FIFO there would block the reader forever, a link to
+    /dev/zero would fill memory. Anything else is `error(path, why)`, raised."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise error(path, f"cannot be opened ({why_not_regular(exc)})") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked on the descriptor: open() of a folder succeeds
+        os.close(fd)
+        raise error(path, "is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if info.st_size > cap:
+            raise error(path, f"is {info.st_size} bytes, more than the {cap} a state file may hold")
+        try:
+            return json.loads(f.read(cap + 1))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise error(path, f"is not JSON ({type(exc).__name__})") from exc
 
 
 def _write_ledger(out: Path, ledger: dict) -> None:
@@ -270,6 +311,35 @@ def signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+# An interrupt is recorded here by the task's signal handler before it is raised: Python drops a
+# KeyboardInterrupt raised inside a weakref callback or a __del__ ("Exception ignored in
+# WeakIdKeyDictionary"), and then a build would go on to publish and exit 0. The record survives;
+# check_interrupted() raises it again where a build must not go on (stage boundaries, publishing).
+_interrupts: list[str] = []
+
+
+def record_interrupt(signum, frame) -> None:
+    """Signal handler for SIGINT/SIGTERM: note the signal, then raise as Python's own handler does."""
+    name = signal.Signals(signum).name
+    _interrupts.append(name)
+    raise KeyboardInterrupt(name)
+
+
+def interrupted() -> str | None:
+    """The first interrupt recorded since reset_interrupts(), or None."""
+    return _interrupts[0] if _interrupts else None
+
+
+def reset_interrupts() -> None:
+    _interrupts.clear()
+
+
+def check_interrupted() -> None:
+    """Raise KeyboardInterrupt when an interrupt was recorded, even one whose exception was lost."""
+    if _interrupts:
+        raise KeyboardInterrupt(_interrupts[0])
+
+
 def _kill_point(n: int) -> None:
     """Test hook: die here, as `kill -9` would, when ARRCOC_TEST_KILL_AT names this point."""
     if os.environ.get(KILL_AT_ENV) == str(n):
@@ -382,14 +452,23 @@ def read_manifest(out: Path) -> dict:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    def dump(f):
+        f.write((json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+    write_atomic(path, dump)
+
+
+def write_atomic(path: Path, write) -> None:
+    """Write `path` whole or not at all: `write(binary file)` fills a temporary file in the same
+    folder, which replaces `path` with one rename once it is on disk. An error or a Ctrl-C while
+    writing leaves the previous file (or none) and no temporary file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the manifest is read by other tools and users
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; what the tool writes is read by other tools and users
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -477,6 +556,7 @@ def publish(out: Path, staged_targets: dict[str, Path], manifest: dict, write_ex
             if (state_dir(out) / rel).is_file():
                 _link_or_copy(state_dir(out) / rel, gen / rel)
         _kill_point(4)
+        check_interrupted()  # a Ctrl-C lost in a callback while the generation was written
         _record(out, generations={gen.name: {"published": True}})  # from here on, removed file by file
         _kill_point(5)
     except OSError as exc:
@@ -485,6 +565,7 @@ def publish(out: Path, staged_targets: dict[str, Path], manifest: dict, write_ex
             "make the output folder and everything in it writable (chmod, chattr -i), then build again",
         ) from exc
     with signals_deferred():
+        check_interrupted()  # the last moment: once signals are held, none can arrive unseen
         try:
             _switch(out, gen)
         except OSError as exc:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,8 +60,9 @@ def test_text_query_on_a_whole_photo_matches_the_model(out, photo, loaded, tmp_p
     assert np.abs(np.array(data["relevance"]) - rel[0].numpy()).max() <= 1e-4
     assert set(data["topk_indices"]) == set(topk[0].tolist())
     np.testing.assert_allclose(data["weights"], weights[0].numpy(), atol=1e-5)
-    with Image.open(tmp_path / "p.png") as heat:
-        assert heat.size == (451, 300)
+    with Image.open(tmp_path / "p.png") as heat:  # scaled up to 512 px on the long side, a legend below
+        assert heat.size == (512, 341 + 44)
+    assert "median of 5 warm calls" in proc.stdout
 
 
 def test_embedding_query_and_each_runtime_agree(out, photo, golden, tmp_path):
@@ -136,3 +138,190 @@ def test_a_reader_that_goes_away_is_a_quiet_stop(out, photo):
     finally:
         os.close(write_end)
     assert proc.returncode == 141 and proc.stderr.strip() == "", proc.stderr
+
+
+# ------------------------------------------------------------------ issue 29: predict's inputs and outputs
+
+
+def _in_process(*argv):
+    from test_cli_errors import invoke
+
+    return invoke("predict", *argv)
+
+
+def _refused(code, stdout, err) -> str:
+    """One line, exit 2, and the model never ran (its description is the first thing printed)."""
+    from test_cli_errors import one_line_error
+
+    line = one_line_error(code, err)
+    assert "photo " not in stdout and "weights:" not in stdout, stdout
+    return line
+
+
+@pytest.fixture
+def own_photo(photo, tmp_path):
+    """A copy of the photo per test: a regression that overwrites it spoils nothing else."""
+    import shutil
+
+    return Path(shutil.copy(photo, tmp_path / "cat.jpg"))
+
+
+OVER_INPUT = ["heatmap = photo", "heatmap = ./photo", "heatmap = link to photo", "heatmap = hard link to photo",
+              "json = photo", "json = query embedding", "json = OUT/manifest.json", "heatmap = OUT/onnx/heat.png",
+              "json = the state beside OUT", "json = heatmap", "json = OUT through a link to it"]
+
+
+@pytest.mark.parametrize("case", OVER_INPUT)
+def test_predict_never_writes_over_an_input_or_into_an_output_folder(case, out, own_photo, tmp_path, monkeypatch):
+    import os
+
+    from test_escapes import tree
+
+    from pipeline.publish import state_dir
+
+    np.save(tmp_path / "q.npy", np.ones(384, np.float32) / 20)
+    option, _, where = case.partition(" = ")
+    value = {"photo": str(own_photo), "./photo": "./cat.jpg", "query embedding": str(tmp_path / "q.npy"),
+             "OUT/manifest.json": str(out / "manifest.json"), "OUT/onnx/heat.png": str(out / "onnx" / "heat.png"),
+             "the state beside OUT": str(state_dir(out) / "p.json"), "heatmap": str(tmp_path / "same.png"),
+             "OUT through a link to it": str(tmp_path / "link-to-out" / "p.json")}.get(where)
+    if where == "link to photo":
+        os.symlink(own_photo, value := str(tmp_path / "link.jpg"))
+    elif where == "hard link to photo":
+        os.link(own_photo, value := str(tmp_path / "hard.jpg"))
+    elif where == "OUT through a link to it":
+        os.symlink(out, tmp_path / "link-to-out")
+    monkeypatch.chdir(tmp_path)
+    photo_bytes, published = own_photo.read_bytes(), tree(out.resolve())
+    query = ["--query-embedding", str(tmp_path / "q.npy")] if where == "query embedding" else ["--query", "a cat"]
+    extra = ["--heatmap", value] if where == "heatmap" else []
+    line = _refused(*_in_process("--image", str(own_photo), *query, "--out", str(out), f"--{option}", value, *extra))
+    assert own_photo.read_bytes() == photo_bytes and tree(out.resolve()) == published
+    assert ".generations" not in line  # the folder as the user named it, never the state path
+    assert {"photo": "input file", "./photo": "input file", "link to photo": "input file",
+            "hard link to photo": "input file", "query embedding": "input file", "heatmap": "one file"}.get(
+        where, "is inside the output folder ") in line, line
+
+
+@pytest.mark.parametrize("case", ["json in a missing folder", "heatmap in a missing folder", "json on /dev/full",
+                                  "heatmap on /dev/full", "heatmap .xyz", "heatmap without extension",
+                                  "heatmap .json", "json is a folder", "heatmap in a read-only folder"])
+def test_predict_outputs_are_checked_before_the_model_runs(case, out, own_photo, tmp_path):
+    import os
+
+    option = case.split()[0]
+    value = {"json in a missing folder": tmp_path / "missing" / "p.json",
+             "heatmap in a missing folder": tmp_path / "missing" / "sub" / "p.png", "json on /dev/full": "/dev/full",
+             "heatmap on /dev/full": "/dev/full", "heatmap .xyz": tmp_path / "p.xyz",
+             "heatmap without extension": tmp_path / "heat", "heatmap .json": tmp_path / "p.json",
+             "json is a folder": tmp_path, "heatmap in a read-only folder": tmp_path / "ro" / "p.png"}[case]
+    if case == "heatmap in a read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        (tmp_path / "ro").mkdir(mode=0o555)
+    line = _refused(*_in_process("--image", str(own_photo), "--query", "a cat", "--out", str(out),
+                                 f"--{option}", str(value)))
+    want = {"missing": "does not exist", "/dev/full": "not a regular file", ".xyz": "not an image format",
+            "without": "not an image format", ".json": "not an image format", "folder": "not a regular file",
+            "read-only": "cannot write"}
+    assert next(v for k, v in want.items() if k in case) in line, line
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("case", ["query not UTF-8", "query lone surrogate", "empty .npy", "empty .npz",
+                                  ".npz of one array", "3e38", "-3e38", "1e5", "no --image", "empty --image"])
+def test_predict_inputs_are_one_line(case, out, own_photo, tmp_path):
+    args = ["--image", str(own_photo), "--out", str(out)]
+    q = tmp_path / "q.npy"
+    if case == "query not UTF-8":
+        args += ["--query", b"\xff\xfe".decode("utf-8", "surrogateescape")]  # what $'\xff\xfe' arrives as
+    elif case == "query lone surrogate":
+        args += ["--query", "cat \ud800"]
+    elif case == "empty .npy":
+        q.write_bytes(b"")
+    elif case == "empty .npz":
+        np.savez(q.with_suffix(".npz"))
+        q = q.with_suffix(".npz")
+    elif case == ".npz of one array":
+        np.savez(q.with_suffix(".npz"), q=np.ones(384, np.float32))
+        q = q.with_suffix(".npz")
+    elif case in ("3e38", "-3e38", "1e5"):
+        np.save(q, np.full(384, float(case), np.float32))
+    elif case == "no --image":
+        args = ["--query", "a cat", "--out", str(out)]
+    elif case == "empty --image":
+        args = ["--image", "", "--query", "a cat", "--out", str(out)]
+    if "query" not in case and "image" not in case:
+        args += ["--query-embedding", str(q)]
+    line = _refused(*_in_process(*args))
+    want = {"query not UTF-8": "not UTF-8", "query lone surrogate": "not UTF-8", "empty .npy": "not a readable",
+            "empty .npz": "archive", ".npz of one array": "archive", "3e38": "order 1", "-3e38": "order 1",
+            "1e5": "order 1", "no --image": "--image is required", "empty --image": "--image is empty"}[case]
+    assert want in line, line
+
+
+def test_non_finite_outputs_are_refused():
+    from pipeline.errors import InputError
+    from pipeline.predict import Prediction, check_finite
+
+    for bad in (np.nan, np.inf, -np.inf):
+        relevance = np.zeros(196, np.float32)
+        relevance[3] = bad
+        p = Prediction(14, 64, (30, 30), "onnx", relevance, np.arange(64), np.full(3, 1 / 3, np.float32), 1.0)
+        with pytest.raises(InputError, match="NaN or infinite"):
+            check_finite(p)
+        p.relevance, p.weights = np.zeros(196, np.float32), np.array([bad, 0.5, 0.5], np.float32)
+        with pytest.raises(InputError, match="NaN or infinite"):
+            check_finite(p)
+
+
+@pytest.mark.parametrize("requested,want", [("web", "but has no runtime in Python (static browser demo"),
+                                            ("coreml", "but has no runtime in Python"),
+                                            ("tensorrt", "is not published in"), ("ptl:int8", "not a verified variant")])
+def test_a_runtime_that_cannot_run_here_is_named_truly_with_the_user_s_folder(requested, want, tmp_path):
+    import targets as table
+
+    from pipeline.errors import InputError
+    from pipeline.predict import choose_runtime
+
+    manifest = {"targets": {"web": {"status": "published"}, "coreml": {"status": "unverified"},
+                            "onnx": {"status": "published"}, "ptl": {"status": "published"}}}
+    manifest["targets"]["coreml"]["status"] = "published"
+    names = {"onnx": ("onnx", "fp32"), "ptl": ("ptl", "fp32")}
+    generation = tmp_path / ".out.arrcoc-edge" / ".generations" / "g1"
+    with pytest.raises(InputError) as caught:
+        choose_runtime(requested, names, generation, manifest, table.TARGETS, shown=tmp_path / "out")
+    line = caught.value.one_line()
+    assert want in line and str(tmp_path / "out") in line and ".generations" not in line, line
+
+
+def test_predict_prints_no_third_party_lines(out, photo):
+    """The lite interpreter's UserWarning (targets/ptl.py) no longer reaches the terminal."""
+    proc = run_cli("predict", "--image", str(photo), "--query", "a cat", "--out", str(out), "--runtime", "ptl")
+    assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr[-2000:]
+    assert "Warning" not in proc.stdout and proc.stdout.startswith("photo 451 x 300 px")
+
+
+def test_a_write_that_fails_leaves_the_previous_heatmap_and_says_so(out, photo, tmp_path):
+    """A file-size limit (as a full device would) stops the heatmap mid-write: the previous file
+    stays whole, no temporary file is left, and the line says what happened (exit 2, not 1)."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    heat = tmp_path / "heat.png"
+    heat.write_bytes(b"the previous heatmap")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16_000, 16_000))  # the JSON fits, the PNG does not
+
+    proc = subprocess.run([sys.executable, "-m", "invoke", "predict", "--image", str(photo), "--query", "a cat",
+                           "--out", str(out), "--json", str(tmp_path / "p.json"), "--heatmap", str(heat)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=limit,
+                          restore_signals=False)  # SIGXFSZ stays ignored: the write fails with EFBIG
+    line = _one_line(proc)
+    assert "cannot write" in line and str(heat) in line and "left as it was" in line
+    assert heat.read_bytes() == b"the previous heatmap" and sorted(p.name for p in tmp_path.iterdir()) == ["heat.png", "p.json"]
+    assert json.loads((tmp_path / "p.json").read_text())["grid"] == 14
