@@ -85,10 +85,11 @@ def write_report(out: Path, heldout: GoldenSplit | None, log=print, dest: Path |
     manifest = json.loads((dest / "manifest.json").read_text())
     bench = _read_bench(out)
     runs = load_outputs(out, manifest)
-    page = render_html(manifest, bench, runs, heldout)
+    weights = preset_weights(dest, manifest, log)
+    page = render_html(manifest, bench, runs, heldout, weights)
     html_path, md_path = dest / "report.html", dest / "REPORT.md"
     _write_atomic(html_path, page)
-    _write_atomic(md_path, render_markdown(manifest, bench))
+    _write_atomic(md_path, render_markdown(manifest, bench, weights))
     log(f"report: {out / html_path.name} ({len(page) // 1024} KB)")
     return html_path, md_path
 
@@ -266,7 +267,61 @@ td,th{border:1px solid #ccc;padding:3px 7px;font-size:12px;vertical-align:top}th
 .pass{color:#17692e}.fail{color:#b00020;font-weight:600}img{max-width:100%}code{font-size:12px}"""
 
 
-def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: GoldenSplit | None) -> str:
+def preset_weights(folder: Path, manifest: dict, log=print) -> dict | None:
+    """{sample: {preset query: [information, perspectival, participatory]}}: the balancer's weights
+    for the published page's presets on its sample photos, from the checkpoint's model in eager
+    float32 (what every artifact is held to). None when there is no page or no checkpoint at hand."""
+    web = folder / "web"
+    path = Path(str((manifest.get("checkpoint") or {}).get("path")))
+    if (manifest.get("targets") or {}).get("web", {}).get("status") != "published" or not path.is_file():
+        return None
+    import torch
+
+    from .checkpoint import load_checkpoint
+    from .golden import load_photo
+
+    ckpt = load_checkpoint(path)
+    if ckpt.sha256 != manifest["checkpoint"].get("sha256"):
+        log("report: the checkpoint at its path changed since the build; no preset weights")
+        return None
+    presets = json.loads((web / "presets.json").read_text())
+    samples = json.loads((web / "config.json").read_text())["samples"]
+    queries = torch.tensor(np.asarray(presets["embeddings"], np.float32))
+    out = {}
+    with torch.no_grad():
+        for sample in samples:
+            photo = torch.from_numpy(np.array(load_photo(web / sample["file"])))[None].expand(len(queries), -1, -1, -1)
+            weights = ckpt.model(photo.contiguous(), queries)[2].numpy()
+            out[sample["name"]] = {q: [round(float(x), 3) for x in w] for q, w in zip(presets["queries"], weights)}
+    return out
+
+
+def _weights_html(weights: dict | None) -> str:
+    if not weights:
+        return "<p>No page in this publish (or its checkpoint is not at hand): no preset weights.</p>"
+    samples = list(weights)
+    head = "".join(f"<th>{html.escape(s)}</th>" for s in samples)
+    rows = "".join(f"<tr><td>{html.escape(q)}</td>" + "".join(
+        f"<td data-weights='{html.escape(s)}'>{' / '.join(f'{x:.3f}' for x in weights[s][q])}</td>" for s in samples) + "</tr>"
+        for q in weights[samples[0]])
+    return ("<p>information / perspectival / participatory, eager float32 on the page's sample photos: "
+            "how much each way of knowing decides each preset.</p>"
+            f"<table><tr><th>preset</th>{head}</tr>{rows}</table>")
+
+
+def _weights_markdown(weights: dict | None) -> list[str]:
+    if not weights:
+        return []
+    samples = list(weights)
+    lines = ["", "## Balancer weights per preset (information / perspectival / participatory, eager float32)", "",
+             "| preset | " + " | ".join(samples) + " |", "|---|" + "---|" * len(samples)]
+    lines += [f"| {q} | " + " | ".join(" / ".join(f"{x:.3f}" for x in weights[s][q]) for s in samples) + " |"
+              for q in weights[samples[0]]]
+    return lines
+
+
+def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: GoldenSplit | None,
+                weights: dict | None = None) -> str:
     rows = variant_rows(manifest)
     onnx = manifest.get("targets", {}).get("onnx", {})
     parts = [
@@ -274,8 +329,10 @@ def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: G
         "<link rel='icon' href='data:,'>", f"<style>{_CSS}</style></head><body>",
         "<h1>arrcoc-edge build report</h1>", _header(manifest),
         "<h2>Targets</h2>", _status_table(manifest), "<h2>Parity against the gates</h2>", _parity_table(rows),
+        "<h2>Balancer weights per preset</h2>", _weights_html(weights),
         "<h2>Sample apps: compiled and tested on this host</h2>", _apps_html(manifest),
-        "<h2>Sizes</h2>", f"<img alt='sizes' src='data:image/png;base64,{size_figure(rows, onnx.get('size', {}).get('bytes'))}'>",
+        "<h2>Sizes</h2>", (f"<img alt='sizes' src='data:image/png;base64,{size_figure(rows, onnx.get('size', {}).get('bytes'))}'>"
+                           if any(r["bytes"] for r in rows) else "<p>Nothing with a size in this publish.</p>"),
         "<h2>Latency (latest invoke bench)</h2>", _bench_table(bench),
         "<h2>Relevance maps side by side</h2>", _pictures(heldout, runs, manifest),
         "</body></html>",
@@ -439,7 +496,7 @@ def _pictures(heldout: GoldenSplit | None, runs: list[dict], manifest: dict) -> 
     return "\n".join(parts)
 
 
-def render_markdown(manifest: dict, bench: dict | None) -> str:
+def render_markdown(manifest: dict, bench: dict | None, weights: dict | None = None) -> str:
     lines = ["# arrcoc-edge build report", "",
              f"Checkpoint `{manifest.get('checkpoint', {}).get('path')}` "
              f"(sha256 `{manifest.get('checkpoint', {}).get('sha256', '')[:16]}…`). Full report with pictures: `report.html`.", "",
@@ -450,6 +507,7 @@ def render_markdown(manifest: dict, bench: dict | None) -> str:
         lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {' '.join(size_cells(r['bytes'], r['budget']))} | "
                      f"{fmt_metric(m.get('relevance_max_abs'))} | {fmt_metric(m.get('topk_overlap_mean'))} | "
                      f"{fmt_metric(m.get('topk_overlap_min'))} | {r['reason'].replace('|', '/')} |")
+    lines += _weights_markdown(weights)
     lines += _apps_markdown(manifest)
     if bench and bench.get("rows"):
         lines += ["", "## Latency (latest `invoke bench`)", "", "| case | runtime | batch | threads | median ms |", "|---|---|---|---|---|"]

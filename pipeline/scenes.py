@@ -15,16 +15,21 @@ Queries come from templates ("the cat", "a red circle", "the red object", "the s
 Everything is a pure function of a scene seed; training and held-out scenes use disjoint seed
 ranges (TRAIN_SEED_BASE, HELDOUT_SEED_BASE), so the held-out set never changes with the
 training seed.
+
+Open scenes (make_open_scene, issue 31; their own seed ranges) ask for what the texture's fixed
+measures see: the fine texture, the colourless odd one out, the sharp one of two copies of a
+named item. See the section above make_open_scene and docs/training.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 
 IMAGE_SIZE = 224
 GRID = 14
@@ -64,6 +69,7 @@ class Scene:
     image: np.ndarray  # [3,224,224] float32 RGB in [0,1]
     queries: list[str]
     masks: np.ndarray  # [len(queries), 196] bool: ground-truth patches of each query
+    kinds: list[str] = dataclasses.field(default_factory=list)  # per query: one of KINDS
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,7 +150,7 @@ def _paste(canvas: Image.Image, item: dict, rng: np.random.Generator) -> np.ndar
 
 
 def _queries(item: dict, rng: np.random.Generator) -> list[str]:
-    """Two phrasings naming the item by what it is, one by where it is."""
+    """Two phrasings naming the item by what it is, one by where it is (kinds: item["kind"], "place")."""
     if item["kind"] == "photo":
         article = "an" if item["name"][0] in "aeiou" else "a"
         names = [t.format(name=item["name"], a=article) for t in PHOTO_TEMPLATES]
@@ -159,16 +165,186 @@ def make_scene(seed: int) -> Scene:
     """One scene and its queries, a pure function of `seed`."""
     rng = np.random.default_rng(seed)
     canvas = Image.fromarray(_background(rng))
-    queries, masks = [], []
+    queries, masks, kinds = [], [], []
     for item in _items(rng):
         mask = _patch_mask(_paste(canvas, item, rng))
         if not mask.any():
             continue  # too small to own a patch: never ask for it
-        for query in _queries(item, rng):
+        for query, kind in zip(_queries(item, rng), (item["kind"], item["kind"], "place")):
             queries.append(query)
             masks.append(mask)
+            kinds.append(kind)
     image = np.asarray(canvas, dtype=np.float32).transpose(2, 0, 1) / 255.0
-    return Scene(seed, np.ascontiguousarray(image), queries, np.stack(masks))
+    return Scene(seed, np.ascontiguousarray(image), queries, np.stack(masks), kinds)
+
+
+# ---- Scenes where the query is open and the fixed ways of knowing decide (issue 31) ----------
+#
+# In the naming scenes above every query names exactly one item, so the learned participatory map
+# alone solves the task and a balancer trained on them puts all of its weight there. Three more
+# kinds of scene (one per seed, by seed % 3), each with two queries, ask for what the texture's
+# own measures see: the information map (entropy of the channel softmax: high on colourless,
+# mid-tone and textured patches, low on saturated or very bright / dark fills) and the
+# perspectival map (Sobel magnitude: edges and fine detail).
+#   detail   - one item is a fine grey texture (brick, grass, gravel, shipped in scikit-image),
+#              maybe tinted; the others are flat shapes and blurred photos. Open queries ("the
+#              busiest part", "the most detailed region", "what stands out?") mean the texture.
+#   salient  - the same photo or shape twice, one sharp, one blurred (out of focus), plus 0-2 other
+#              sharp items. A query naming it ("the cat", "a red circle") means the sharp one: the
+#              name matches both, salience decides.
+#   unusual  - a saturated, tinted background with colourful items (shapes, colour photos) and one
+#              colourless item (a grey photo or a grey shape). Open queries ("anything unusual",
+#              "the odd one out", "what stands out?") mean the colourless one.
+# "what stands out?" appears in detail and unusual scenes alike: which item it means depends on
+# the photo, not on the words.
+
+# skimage.data; not "text": its sparse letters on white were less busy than some scenes' background
+TEXTURES = {"brick": "brick", "grass": "grass", "gravel": "gravel"}
+GREYS = {"camera": "camera", "moon": "moon", "coins": "coins", "clock": "clock"}  # skimage.data, grey
+DETAIL_TEMPLATES = ("the busiest part", "the most detailed region", "where is the fine detail?",
+                    "the most textured area", "what stands out?")
+UNUSUAL_TEMPLATES = ("anything unusual", "the odd one out", "what doesn't belong?",
+                     "something different", "what stands out?")
+UNUSUAL_BACKGROUNDS = ("red", "yellow", "blue")
+UNUSUAL_SHAPE_SHARE = 1.0
+OPEN_KINDS = ("detail", "salient", "unusual")
+KINDS = ("photo", "shape", "place", *OPEN_KINDS)
+# Query families of the report: what a query asks for.
+FAMILIES = {"naming": ("photo", "shape"), "position": ("place",), "open": ("detail", "unusual"),
+            "named_salient": ("salient",)}
+BLUR = (2.5, 4.5)  # Gaussian blur radius (px) of an out-of-focus item
+OPEN_TRAIN_SEED_BASE = 3_000_000
+OPEN_HELDOUT_SEED_BASE = 9_500_000
+
+
+@functools.lru_cache(maxsize=None)
+def _skimage_grey(name: str) -> Image.Image:
+    from skimage import data
+
+    return Image.fromarray(np.ascontiguousarray(getattr(data, name)()).astype(np.uint8)).convert("RGB")
+
+
+def _square(photo: Image.Image, side: int, rng: np.random.Generator | None = None) -> Image.Image:
+    """A square crop resized to side x side: the centre one, or a random one of 1/3..all of the
+    short side when `rng` is given (textures)."""
+    w, h = photo.size
+    crop = min(w, h) if rng is None else int(rng.integers(min(w, h) // 3, min(w, h) + 1))
+    x0 = (w - crop) // 2 if rng is None else int(rng.integers(0, w - crop + 1))
+    y0 = (h - crop) // 2 if rng is None else int(rng.integers(0, h - crop + 1))
+    return photo.crop((x0, y0, x0 + crop, y0 + crop)).resize((side, side), Image.Resampling.BILINEAR)
+
+
+def _place(place: str, rng: np.random.Generator) -> tuple[int, int, int]:
+    side = int(rng.integers(MIN_ITEM, MAX_ITEM + 1))
+    qy, qx = QUADRANTS[place]
+    top = qy * QUADRANT + int(rng.integers(0, QUADRANT - side + 1))
+    left = qx * QUADRANT + int(rng.integers(0, QUADRANT - side + 1))
+    return side, top, left
+
+
+def _put(canvas: Image.Image, tile: Image.Image, mask: Image.Image | None, top: int, left: int) -> np.ndarray:
+    """Paste `tile` (square) through `mask` (None: opaque); returns its patch mask [196]."""
+    side = tile.size[0]
+    mask = mask or Image.new("L", (side, side), 255)
+    canvas.paste(tile, (left, top), mask)
+    coverage = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
+    coverage[top : top + side, left : left + side] = np.asarray(mask, dtype=np.float32) / 255.0
+    return _patch_mask(coverage)
+
+
+def _item_tile(item: dict, side: int, blur: float = 0.0) -> tuple[Image.Image, Image.Image | None]:
+    """A naming-scene item (photo or shape) as tile + mask, out of focus when blur > 0."""
+    if item["kind"] == "photo":
+        tile, mask = _square(_photo(item["name"]), side), None
+        if blur:
+            tile = tile.filter(ImageFilter.GaussianBlur(blur))
+    else:
+        tile, mask = Image.new("RGB", (side, side), COLOURS[item["colour"]]), _shape_mask(item["shape"], side)
+        if blur:
+            mask = mask.filter(ImageFilter.GaussianBlur(blur))
+    return tile, mask
+
+
+def _open_queries(templates: tuple[str, ...], rng: np.random.Generator) -> list[str]:
+    return [templates[i] for i in rng.choice(len(templates), size=2, replace=False)]
+
+
+def _detail_scene(rng: np.random.Generator, canvas: Image.Image):
+    places = [list(QUADRANTS)[i] for i in rng.choice(4, size=int(rng.integers(2, 5)), replace=False)]
+    side, top, left = _place(places[0], rng)
+    tile = _square(_skimage_grey(list(TEXTURES)[int(rng.integers(len(TEXTURES)))]), side, rng)
+    if rng.random() < 0.5:  # tinted: detail is not "grey"
+        tint = np.array(list(COLOURS.values())[int(rng.integers(len(COLOURS)))], dtype=np.float32) / 255.0
+        tile = Image.fromarray((np.asarray(tile, dtype=np.float32) * (0.4 + 0.6 * tint)).astype(np.uint8))
+    target = _put(canvas, tile, None, top, left)
+    for place in places[1:]:
+        side, top, left = _place(place, rng)
+        if rng.random() < 0.5:
+            item = {"kind": "shape", "shape": SHAPES[int(rng.integers(3))],
+                    "colour": list(COLOURS)[int(rng.integers(len(COLOURS)))]}
+            _put(canvas, *_item_tile(item, side), top, left)
+        else:
+            item = {"kind": "photo", "name": list(PHOTOS)[int(rng.integers(len(PHOTOS)))]}
+            _put(canvas, *_item_tile(item, side, float(rng.uniform(*BLUR))), top, left)
+    queries = _open_queries(DETAIL_TEMPLATES, rng)
+    return queries, [target] * len(queries), ["detail"] * len(queries)
+
+
+def _salient_scene(rng: np.random.Generator, canvas: Image.Image):
+    items = _items(rng)  # distinct items, one per quadrant; at least two quadrants
+    while len(items) < 2:  # pragma: no cover - _items always gives 2-4
+        items = _items(rng)
+    free = [p for p in QUADRANTS if p not in {it["place"] for it in items}]
+    places = [items[0]["place"], *free, *[it["place"] for it in items[1:]]]
+    # the first item twice: sharp in its own quadrant, blurred in the next place; others after
+    side, top, left = _place(places[0], rng)
+    target = _put(canvas, *_item_tile(items[0], side), top, left)
+    side, top, left = _place(places[1], rng)
+    _put(canvas, *_item_tile(items[0], side, float(rng.uniform(*BLUR))), top, left)
+    for item, place in zip(items[1:], places[2:]):
+        side, top, left = _place(place, rng)
+        _put(canvas, *_item_tile(item, side), top, left)
+    names = _queries(items[0], rng)[:2]
+    return names, [target] * 2, ["salient"] * 2
+
+
+def _unusual_scene(rng: np.random.Generator, canvas: Image.Image):
+    colour_names = list(rng.permutation(list(COLOURS)))
+    background = UNUSUAL_BACKGROUNDS[int(rng.integers(len(UNUSUAL_BACKGROUNDS)))]
+    colour_names.remove(background)
+    base = np.array(COLOURS[background], dtype=np.float32)
+    mix = rng.uniform(0.55, 0.9)
+    bg = base * mix + 128.0 * (1 - mix) + rng.normal(0.0, 7.0, size=(IMAGE_SIZE, IMAGE_SIZE, 3))
+    canvas.paste(Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8)))
+    places = [list(QUADRANTS)[i] for i in rng.choice(4, size=int(rng.integers(3, 5)), replace=False)]
+    side, top, left = _place(places[0], rng)
+    if rng.random() < 0.5:
+        tile, mask = _square(_skimage_grey(list(GREYS)[int(rng.integers(len(GREYS)))]), side), None
+    else:
+        grey = int(rng.integers(90, 200))
+        tile, mask = Image.new("RGB", (side, side), (grey,) * 3), _shape_mask(SHAPES[int(rng.integers(3))], side)
+    target = _put(canvas, tile, mask, top, left)
+    photos = list(rng.permutation(list(PHOTOS)))
+    for place in places[1:]:
+        side, top, left = _place(place, rng)
+        if rng.random() < UNUSUAL_SHAPE_SHARE:
+            item = {"kind": "shape", "shape": SHAPES[int(rng.integers(3))], "colour": colour_names.pop()}
+        else:
+            item = {"kind": "photo", "name": photos.pop()}
+        _put(canvas, *_item_tile(item, side), top, left)
+    queries = _open_queries(UNUSUAL_TEMPLATES, rng)
+    return queries, [target] * len(queries), ["unusual"] * len(queries)
+
+
+def make_open_scene(seed: int) -> Scene:
+    """One detail / salient / unusual scene (seed % 3) and its two queries, a pure function of `seed`."""
+    rng = np.random.default_rng(seed)
+    canvas = Image.fromarray(_background(rng))
+    kind = OPEN_KINDS[seed % len(OPEN_KINDS)]
+    queries, masks, kinds = {"detail": _detail_scene, "salient": _salient_scene,
+                             "unusual": _unusual_scene}[kind](rng, canvas)
+    image = np.asarray(canvas, dtype=np.float32).transpose(2, 0, 1) / 255.0
+    return Scene(seed, np.ascontiguousarray(image), queries, np.stack(masks), kinds)
 
 
 @dataclass
@@ -179,6 +355,7 @@ class SceneSet:
     scene_of: np.ndarray  # [P] int64: pair -> scene index
     queries: list[str]  # [P]
     masks: np.ndarray  # [P,196] bool
+    kinds: list[str]  # [P]: one of KINDS
 
     @property
     def sha256(self) -> str:
@@ -187,23 +364,32 @@ class SceneSet:
         h.update(self.scene_of.tobytes())
         h.update(json.dumps(self.queries).encode())
         h.update(np.packbits(self.masks).tobytes())
+        h.update(json.dumps(self.kinds).encode())
         return h.hexdigest()
 
 
-def make_scenes(count: int, base: int) -> SceneSet:
-    """`count` scenes with seeds base, base+1, ...; deterministic."""
-    scenes = [make_scene(base + i) for i in range(count)]
+def _flatten(scenes: list[Scene]) -> SceneSet:
     return SceneSet(
         images=np.stack([s.image for s in scenes]),
         scene_of=np.concatenate([np.full(len(s.queries), i, dtype=np.int64) for i, s in enumerate(scenes)]),
         queries=[q for s in scenes for q in s.queries],
         masks=np.concatenate([s.masks for s in scenes]),
+        kinds=[k for s in scenes for k in s.kinds],
     )
 
 
-def train_scenes(count: int) -> SceneSet:
-    return make_scenes(count, TRAIN_SEED_BASE)
+def make_scenes(count: int, base: int, open_count: int = 0, open_base: int | None = None) -> SceneSet:
+    """`count` naming scenes with seeds base, base+1, ..., then `open_count` open scenes with seeds
+    open_base, open_base+1, ...; deterministic."""
+    scenes = [make_scene(base + i) for i in range(count)]
+    if open_count:
+        scenes += [make_open_scene(open_base + i) for i in range(open_count)]
+    return _flatten(scenes)
 
 
-def heldout_scenes(count: int) -> SceneSet:
-    return make_scenes(count, HELDOUT_SEED_BASE)
+def train_scenes(count: int, open_count: int = 0) -> SceneSet:
+    return make_scenes(count, TRAIN_SEED_BASE, open_count, OPEN_TRAIN_SEED_BASE)
+
+
+def heldout_scenes(count: int, open_count: int = 0) -> SceneSet:
+    return make_scenes(count, HELDOUT_SEED_BASE, open_count, OPEN_HELDOUT_SEED_BASE)

@@ -53,6 +53,9 @@ PRESET_SENTENCES = (
     "the sky",
     "a vehicle",
     "flowers and plants",
+    "what stands out?",
+    "the most detailed region",
+    "anything unusual",
 )
 
 # How the apps turn a photo into the `image` tensor: they do not. The artifact takes the photo as

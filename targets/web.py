@@ -71,8 +71,13 @@ DECODE_GAP_JPEGS = (("china", "sklearn", "china.jpg"), ("flower", "sklearn", "fl
                     ("rocket", "skimage", "rocket.jpg"), ("retina", "skimage", "retina.jpg"),
                     ("hubble_deep_field", "skimage", "hubble_deep_field.jpg"))
 INPUT_DIR = "_input"  # served beside the site while a PageSession runs (never in the site itself)
+# Naming queries (the participatory map decides) and open ones where the shipped checkpoint's balancer
+# weighs the texture's own measures (issue 31, docs/training.md): "the most detailed region" leans on
+# the perspectival map (Sobel), "anything unusual" on the information map (entropy), "what stands
+# out?" on both.
 PRESET_QUERIES = ("a face", "a cat", "text and letters", "the sky", "a red object",
-                  "eyes", "a cup of coffee", "the background")
+                  "eyes", "a cup of coffee", "the background",
+                  "what stands out?", "the most detailed region", "anything unusual")
 PAGE_TIMEOUT_MS = 60_000
 
 # Free-text queries: the text-encoder stage's INT8 variant, held in the browser to that variant's

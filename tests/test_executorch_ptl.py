@@ -95,7 +95,11 @@ def test_pte_and_ptl_take_any_photo_size(built, golden, loaded, size):
     for runner in (et.pte_runner(out / "executorch" / et.FP32_FILE, info["max_batch"]),
                    ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE)):
         got = runner.run(inputs)
-        np.testing.assert_allclose(got["relevance"], want[0].numpy(), atol=1e-5)
+        # 1e-4, the fidelity bar of every exactness test: since the shipped balancer weighs the entropy
+        # and Sobel maps too (issue 31), their float32 rounding in XNNPACK / the lite interpreter
+        # reaches the relevance (measured up to 1.4e-5 on these noise photos; was < 1e-5 while
+        # those maps were weighted 0)
+        np.testing.assert_allclose(got["relevance"], want[0].numpy(), atol=1e-4)
         assert all(set(a) == set(b) for a, b in zip(got["topk_indices"], want[1].numpy()))
 
 

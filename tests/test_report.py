@@ -153,3 +153,35 @@ def test_report_speaks_the_terminal_language():
     runs = [{"target": "text-encoder", "variant": "int8", "reference": "exact MiniLM encoder + eager model"}]
     text = _pictures(heldout, runs, manifest)
     assert "Not drawn, because they ran other queries" in text and "text-encoder int8" in text
+
+
+def test_report_shows_the_balancer_weights_per_preset(tmp_path):
+    """Issue 31: the report shows, per page preset and sample photo, how much each way of knowing
+    decides; with the shipped checkpoint an open query leans on the fixed maps, a naming one not."""
+    import numpy as np
+    from PIL import Image
+
+    from pipeline.checkpoint import load_checkpoint
+    from pipeline.report import preset_weights, render_html, render_markdown
+    from pipeline.text_encoder import embed
+    from conftest import REPO
+
+    path = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
+    ckpt = load_checkpoint(path)
+    web = tmp_path / "web"
+    (web / "samples").mkdir(parents=True)
+    from skimage import data
+
+    Image.fromarray(data.chelsea()).save(web / "samples" / "cat.png")
+    queries = ["a cat", "anything unusual"]
+    (web / "presets.json").write_text(json.dumps({"queries": queries, "embeddings": embed(queries).tolist()}))
+    (web / "config.json").write_text(json.dumps({"samples": [{"name": "cat", "file": "samples/cat.png"}]}))
+    manifest = {"checkpoint": {"path": str(path), "sha256": ckpt.sha256}, "targets": {"web": {"status": "published"}}}
+    weights = preset_weights(tmp_path, manifest)
+    assert set(weights["cat"]) == set(queries) and all(abs(sum(w) - 1) < 2e-3 for w in weights["cat"].values())
+    assert weights["cat"]["a cat"][2] > 0.9  # naming: the participatory map decides
+    assert weights["cat"]["anything unusual"][0] > 0.5  # the odd one out: the information map decides
+    assert np.argmax(weights["cat"]["anything unusual"]) != np.argmax(weights["cat"]["a cat"])
+    page = render_html({"targets": {}}, None, [], None, weights)
+    assert "data-weights='cat'" in page and "anything unusual" in page
+    assert "| anything unusual | " in render_markdown({"targets": {}}, None, weights)
