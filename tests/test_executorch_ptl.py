@@ -54,6 +54,28 @@ def test_executorch_records_delegation_and_int8_is_smaller(built):
     assert variants["int8"]["info"]["participatory_form"] == "reduced"
 
 
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_pte_16g_method_equals_forward_bit_for_bit(built, golden, variant):
+    """Each .pte holds a second method for 16G x 16G photos (no resize): the same outputs as the
+    general `forward` bit for bit, and the runner takes it for such photos."""
+    from executorch.runtime import Runtime
+
+    out, _, manifest = built
+    info = manifest["targets"]["executorch"]["variants"][variant]["info"]
+    assert et.SQUARE_METHOD in info["methods"]
+    path = out / "executorch" / (et.FP32_FILE if variant == "fp32" else et.INT8_FILE)
+    program = Runtime.get().load_program(str(path))
+    assert set(program.method_names) == {"forward", et.SQUARE_METHOD}
+    crops = golden.heldout.inputs(0, 3)
+    args = [torch.from_numpy(np.ascontiguousarray(crops["image"])), torch.from_numpy(np.ascontiguousarray(crops["query"]))]
+    general = program.load_method("forward").execute(args)
+    square = program.load_method(et.SQUARE_METHOD).execute(args)
+    for a, b in zip(general, square):
+        assert torch.equal(a, b)
+    ran = et.pte_runner(path, info["max_batch"]).run(crops)
+    np.testing.assert_array_equal(ran["relevance"], general[0].numpy())
+
+
 def test_pte_batch_equals_single_runs(built, golden):
     out, _, manifest = built
     path = out / "executorch" / et.FP32_FILE
