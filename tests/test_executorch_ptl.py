@@ -76,6 +76,23 @@ def test_pte_16g_method_equals_forward_bit_for_bit(built, golden, variant):
     np.testing.assert_array_equal(ran["relevance"], general[0].numpy())
 
 
+def test_ptl_16g_method_equals_forward_bit_for_bit(built, golden):
+    """The .ptl holds forward_16g too (the traced fast path): at 16G the same outputs as forward,
+    bit for bit, and the runner takes it for such photos."""
+    out, _, manifest = built
+    info = manifest["targets"]["ptl"]["variants"]["fp32"]["info"]
+    assert ptl.SQUARE_METHOD in info["methods"] and info["square_side"] == golden.heldout.images[0].shape[0]
+    module = ptl._load(out / "ptl" / ptl.PTL_FILE)
+    crops = golden.heldout.inputs(0, 3)
+    args = (torch.from_numpy(np.ascontiguousarray(crops["image"])), torch.from_numpy(np.ascontiguousarray(crops["query"])))
+    with ptl._quiet():
+        general, square = module(*args), module.run_method(ptl.SQUARE_METHOD, *args)
+    for a, b in zip(general, square):
+        assert torch.equal(a, b)
+    ran = ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE, info["square_side"]).run(crops)
+    np.testing.assert_array_equal(ran["relevance"], general[0].numpy())
+
+
 def test_pte_batch_equals_single_runs(built, golden):
     out, _, manifest = built
     path = out / "executorch" / et.FP32_FILE
@@ -114,8 +131,9 @@ def test_pte_and_ptl_take_any_photo_size(built, golden, loaded, size):
     with torch.no_grad():
         want = loaded.model(torch.from_numpy(photo), torch.from_numpy(inputs["query"]))
     info = manifest["targets"]["executorch"]["variants"]["fp32"]["info"]
+    ptl_info = manifest["targets"]["ptl"]["variants"]["fp32"]["info"]
     for runner in (et.pte_runner(out / "executorch" / et.FP32_FILE, info["max_batch"]),
-                   ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE)):
+                   ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE, ptl_info["square_side"])):
         got = runner.run(inputs)
         np.testing.assert_allclose(got["relevance"], want[0].numpy(), atol=1e-5)
         assert all(set(a) == set(b) for a, b in zip(got["topk_indices"], want[1].numpy()))
