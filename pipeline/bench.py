@@ -213,7 +213,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     settings = manifest["checkpoint"].get("model") or {}
     ckpt = load_checkpoint(manifest["checkpoint"]["path"], grid=settings.get("grid"), top_k=settings.get("top_k"))
     heldout = build_golden_set(ckpt.model, ckpt.config).heldout
-    rows = []
+    rows, commit = [], code_commit()  # the code that times, as it was when the run began
     log_path = out / "bench.log"
     log(f"bench: third-party output (runtime loaders, browser, warnings) goes to {log_path}")
     with third_party_output_to(log_path):
@@ -227,7 +227,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
             log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
             rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
     result = {"host": host_description(),
-              "commit": code_commit(),
+              "commit": commit,
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256,
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},

@@ -1,6 +1,7 @@
 """Markdown speed table from a bench.json (`invoke bench` writes OUT/bench.json).
 
     python scripts/speed_table.py [OUT/bench.json] > table.md
+    python scripts/speed_table.py AFTER/bench.json --before BEFORE/bench.json   # side by side
 
 Prints the host, the commit the bench ran on, one table of 1-thread medians (runtime x case, ms),
 the default-thread rows with their spread (p10-p90), and the speed goals with their ratios, so a
@@ -49,9 +50,34 @@ def table(bench: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def before_after(before: dict, after: dict) -> str:
+    """1-thread medians of two runs side by side, per runtime and case: before -> after (after/before)."""
+    key = lambda r: (r["runtime"], _short(r["case"]))  # noqa: E731
+    old = {key(r): r for r in before["rows"] if r["threads"] == 1}
+    new = [r for r in after["rows"] if r["threads"] == 1]
+    cases = list(dict.fromkeys(_short(r["case"]) for r in new))
+    lines = [f"before: {before['host']}, {before['timestamp']}; after: {after['host']}, {after['timestamp']}", "",
+             "| runtime (1 thread) | " + " | ".join(cases) + " |", "|---" * (len(cases) + 1) + "|"]
+    for runtime in dict.fromkeys(r["runtime"] for r in new):
+        cells = []
+        for case in cases:
+            a, b = next((r for r in new if key(r) == (runtime, case)), None), old.get((runtime, case))
+            cells.append("" if a is None else _ms(a["median_ms"]) if b is None else
+                         f"{_ms(b['median_ms'])} → {_ms(a['median_ms'])} ({a['median_ms'] / b['median_ms']:.2f}x)")
+        lines.append(f"| {runtime} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
-    path = Path(argv[1] if len(argv) > 1 else "artifacts/bench.json")
-    sys.stdout.write(table(json.loads(path.read_text())))
+    """speed_table.py [BENCH.json] [--before OLD_BENCH.json]"""
+    args = list(argv[1:])
+    before = None
+    if "--before" in args:
+        i = args.index("--before")
+        before = json.loads(Path(args[i + 1]).read_text())
+        del args[i : i + 2]
+    bench = json.loads(Path(args[0] if args else "artifacts/bench.json").read_text())
+    sys.stdout.write(before_after(before, bench) if before else table(bench))
     return 0
 
 
