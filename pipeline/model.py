@@ -320,7 +320,9 @@ class PhotoWindows(nn.Module):
         `resized` computes at 16G (its second taps have weight 0: x * 1 + y * 0 is x)."""
         taps = self.dst.long()
         px = photo.index_select(1, taps).index_select(2, taps).float()  # [B, 4G, 4G, 3]
-        return (px / 255.0).permute(0, 3, 1, 2)
+        # contiguous, as `resized` returns: a channels-last view would let a multi-threaded eager /
+        # Lite Interpreter convolution pick another kernel and round differently (measured)
+        return (px / 255.0).permute(0, 3, 1, 2).contiguous()
 
     def resized_by_rows(self, photo: torch.Tensor) -> torch.Tensor:
         """`resized`, reading whole rows: the 2 x 4G source rows the windows need (index_select of
