@@ -2,9 +2,12 @@
 
 Cases (torch eager plus whatever each published target offers through `Target.bench_cases`) run
 interleaved, one call each per round, on the same real held-out photos, so a noisy neighbour
-slows every case alike. Reported: median and p90 over many rounds, and the ratio of each
-median to torch eager at the same batch and thread setting. Results go to OUT/bench.json (the
-build report shows them). A benchmark, not a test: nothing here passes or fails on speed.
+slows every case alike. Reported: median, p10 and p90 over many rounds; on 1-thread rows the ratio
+of each median to torch eager and to the literal reference (default-thread rows share the cores
+with the host's other work: their spread is shown, not ratios), and the speed goals (SPEED_GOALS)
+as time ratios of 1-thread medians of the same run. Results go to OUT/bench.json (the build report
+shows them), what the runtimes themselves print to OUT/bench.log. A benchmark, not a test:
+nothing here passes or fails on speed.
 """
 from __future__ import annotations
 
@@ -112,20 +115,70 @@ def frame(inputs: dict) -> dict:
 
 def rows_for(cases: list[BenchCase], times: list[list[float]], batch: int, case: str | None = None,
              inputs: dict | None = None) -> list[dict]:
+    """One row per case: median with its spread (p10, p90). Ratios only on 1-thread rows: on the
+    default pools every runtime shares the cores with whatever else runs on the host, and their
+    ratios swung from 0.00x to 244x on a loaded machine, so default rows carry the spread instead."""
     label, bytes_in = case, sum(v.nbytes for v in (inputs or {}).values()) or None
-    baseline = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("torch eager")}
-    literal = {c.threads: float(np.median(t)) for c, t in zip(cases, times) if c.runtime.startswith("reference")}
+    one = lambda prefix: next((float(np.median(t)) for c, t in zip(cases, times)  # noqa: E731
+                               if c.threads == 1 and c.runtime.startswith(prefix)), None)
+    baseline, literal = one("torch eager"), one("reference")
     rows = []
     for case, t in zip(cases, times):
         median = float(np.median(t))
+        single = case.threads == 1
         rows.append({"case": label or f"batch {batch}", "runtime": case.runtime, "batch": batch,
                      "input_bytes": bytes_in,
                      "threads": case.threads or "default", "median_ms": round(median, 4),
+                     "p10_ms": round(float(np.percentile(t, 10)), 4),
                      "p90_ms": round(float(np.percentile(t, 90)), 4), "runs": len(t),
                      "clock": "in the runtime (self-timed)" if case.self_timed else "python perf_counter",
-                     "vs_torch_eager": round(baseline[case.threads] / median, 3) if case.threads in baseline else None,
-                     "vs_reference": round(literal[case.threads] / median, 3) if case.threads in literal else None})
+                     "vs_torch_eager": round(baseline / median, 3) if single and baseline else None,
+                     "vs_reference": round(literal / median, 3) if single and literal else None})
     return rows
+
+
+# The speed goals of issue 30, as time ratios between 1-thread rows of one run (lower is faster):
+# (name, runtime prefix, its case, baseline runtime prefix, baseline case, limit). A case of None
+# means every case both rows share ("batch 1" matches the 16*G crops at batch 1).
+CROPS, PHOTO_1024, PHOTO_12MP = "batch 1", "photo 1024x768", "photo 4032x3024"
+SPEED_GOALS = (
+    ("ExecuTorch fp32 <= 1.5x onnxruntime fp32 at batch 1", "executorch fp32 (1 thread)", CROPS,
+     "onnxruntime fp32 (1 thread)", CROPS, 1.5),
+    ("ExecuTorch fp32 <= 1.5x onnxruntime fp32, 1024x768 photo", "executorch fp32 (1 thread)", PHOTO_1024,
+     "onnxruntime fp32 (1 thread)", PHOTO_1024, 1.5),
+    ("ExecuTorch fp32 <= 1.5x onnxruntime fp32, 12 MP photo", "executorch fp32 (1 thread)", PHOTO_12MP,
+     "onnxruntime fp32 (1 thread)", PHOTO_12MP, 1.5),
+    ("ExecuTorch fp32 <= 2x onnxruntime fp32 at batch 8", "executorch fp32 (1 thread)", "batch 8",
+     "onnxruntime fp32 (1 thread)", "batch 8", 2.0),
+    ("onnxruntime fp32: 1024x768 photo <= 1.25x its 16G crop", "onnxruntime fp32 (1 thread)", PHOTO_1024,
+     "onnxruntime fp32 (1 thread)", CROPS, 1.25),
+    ("Lite Interpreter <= 1x torch eager", "lite interpreter fp32 (1 thread)", None, "torch eager (1 thread)", None, 1.0),
+    ("browser fp32 (1 thread) <= 2x onnxruntime fp32 at batch 1", "browser fp32 (1 thread", CROPS,
+     "onnxruntime fp32 (1 thread)", CROPS, 2.0),
+    ("browser fp32 (1 thread) <= 2x onnxruntime fp32, 12 MP photo", "browser fp32 (1 thread", PHOTO_12MP,
+     "onnxruntime fp32 (1 thread)", PHOTO_12MP, 2.0),
+)
+
+
+def speed_goals(rows: list[dict]) -> list[dict]:
+    """Each goal of SPEED_GOALS that this run's rows can answer: the time ratio of the two medians
+    (same run, same thread count), the limit, and whether it was met."""
+    def find(prefix, case):
+        return {r["case"]: r for r in rows if r["threads"] == 1 and r["runtime"].startswith(prefix)
+                and (case is None or r["case"].startswith(case))}
+
+    out = []
+    for name, runtime, case, base_runtime, base_case, limit in SPEED_GOALS:
+        mine, base = find(runtime, case), find(base_runtime, base_case)
+        pairs = ([(mine[c], base[c]) for c in mine if c in base] if case is None or case == base_case
+                 else [(m, b) for m in mine.values() for b in base.values()][:1])
+        for m, b in pairs:
+            ratio = m["median_ms"] / b["median_ms"]
+            out.append({"goal": name + (f" ({m['case']})" if case is None else ""), "ratio": round(ratio, 3),
+                        "limit": limit, "met": ratio <= limit, "runtime": m["runtime"], "case": m["case"],
+                        "median_ms": m["median_ms"], "baseline": b["runtime"], "baseline_case": b["case"],
+                        "baseline_median_ms": b["median_ms"]})
+    return out
 
 
 # Whole photos timed at batch 1 besides the 16*G crops: a phone photo at 1024 x 768, and 12 MP.
@@ -160,26 +213,115 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     settings = manifest["checkpoint"].get("model") or {}
     ckpt = load_checkpoint(manifest["checkpoint"]["path"], grid=settings.get("grid"), top_k=settings.get("top_k"))
     heldout = build_golden_set(ckpt.model, ckpt.config).heldout
-    cases = torch_cases(ckpt.model)
-    for name, entry in manifest["targets"].items():
-        if entry.get("status") in ("published",) and name in targets:
-            cases += targets[name].bench_cases(base, entry)
-    rows = []
-    for label, inputs in bench_inputs(heldout, ckpt.config, batches):
-        batch = len(inputs["image"])
-        fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
-        log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
-        rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
-    result = {"host": f"{platform.system()} {platform.machine()}, {platform.processor() or ''}".strip(", "),
+    rows, commit = [], code_commit()  # the code that times, as it was when the run began
+    log_path = out / "bench.log"
+    log(f"bench: third-party output (runtime loaders, browser, warnings) goes to {log_path}")
+    with third_party_output_to(log_path):
+        cases = torch_cases(ckpt.model)
+        for name, entry in manifest["targets"].items():
+            if entry.get("status") in ("published",) and name in targets:
+                cases += targets[name].bench_cases(base, entry)
+        for label, inputs in bench_inputs(heldout, ckpt.config, batches):
+            batch = len(inputs["image"])
+            fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
+            log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
+            rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
+    result = {"host": host_description(),
+              "commit": commit,
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
-              "checkpoint_sha256": ckpt.sha256, "rows": rows, "notes": speed_notes(cases, rows)}
+              "checkpoint_sha256": ckpt.sha256,
+              "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
+              "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows)}
     from . import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
         write_json_atomic(out / "bench.json", result)
         with report.never_fails(log):  # the report shows the latest latencies next to the parity
             report.write_report(out, heldout, log)
+    if result["goals"]:
+        log("bench: speed goals, time ratios of 1-thread medians of this run:\n" + format_goals(result["goals"]))
     return result
+
+
+def host_description() -> str:
+    """OS, machine, the CPU's model name and the cores this process may use (the numbers depend on all)."""
+    import os
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{platform.system()} {platform.machine()}, {cpu}, {cores} cores".replace(", ,", ",")
+
+
+def code_commit() -> str | None:
+    """The commit of the code that ran the bench (with '-dirty' for uncommitted changes), or None
+    outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+class third_party_output_to:
+    """While open, what runtimes and libraries print goes to `path`, not to the terminal: file
+    descriptors 1 and 2 (C++ loaders such as cpuinfo's, child processes) and Python's sys.stderr
+    (warnings, logging). sys.stdout is re-pointed to the terminal, so the bench's own lines still
+    show there."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        import logging
+        import os
+        import sys
+        import warnings
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._file = open(self.path, "a", buffering=1)
+        self._file.write(f"--- invoke bench {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        self._saved = os.dup(1), os.dup(2)
+        self._streams = sys.stdout, sys.stderr
+        os.dup2(self._file.fileno(), 1)
+        os.dup2(self._file.fileno(), 2)
+        sys.stdout = os.fdopen(os.dup(self._saved[0]), "w", buffering=1)
+        sys.stderr = self._file
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("default")
+        logging.captureWarnings(True)
+        return self
+
+    def __exit__(self, *exc):
+        import logging
+        import os
+        import sys
+
+        logging.captureWarnings(False)
+        self._warnings.__exit__(*exc)
+        sys.stdout.flush()
+        self._file.flush()
+        terminal = sys.stdout
+        sys.stdout, sys.stderr = self._streams
+        terminal.close()
+        os.dup2(self._saved[0], 1)
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            os.close(fd)
+        self._file.close()
+        return False
 
 
 def speed_notes(cases: list[BenchCase], rows: list[dict]) -> list[str]:
@@ -198,9 +340,17 @@ def speed_notes(cases: list[BenchCase], rows: list[dict]) -> list[str]:
 
 
 def format_rows(rows: list[dict]) -> str:
-    head = ("case", "input bytes", "runtime", "median ms", "p90 ms", "x vs torch eager", "x vs reference")
-    ratio = lambda v: "-" if v is None else f"{v:.2f}x"
+    """The terminal's table: ratios only on 1-thread rows (default-thread rows show their spread)."""
+    head = ("case", "input bytes", "runtime", "median ms", "p10-p90 ms", "x vs torch eager", "x vs reference")
+    ratio = lambda v: "" if v is None else f"{v:.2f}x"  # noqa: E731
+    spread = lambda r: f"{r.get('p10_ms', r['median_ms']):.3f}-{r['p90_ms']:.3f}"  # noqa: E731
     table = [head] + [(r["case"], f"{r.get('input_bytes') or 0:,}", r["runtime"], f"{r['median_ms']:.3f}",
-                       f"{r['p90_ms']:.3f}", ratio(r["vs_torch_eager"]), ratio(r.get("vs_reference"))) for r in rows]
+                       spread(r), ratio(r["vs_torch_eager"]), ratio(r.get("vs_reference"))) for r in rows]
     widths = [max(len(str(r[i])) for r in table) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+
+def format_goals(goals: list[dict]) -> str:
+    """One line per speed goal: the time ratio of two 1-thread medians of this run and its limit."""
+    return "\n".join(f"{'met    ' if g['met'] else 'NOT met'}  {g['ratio']:.2f}x (limit {g['limit']:g}x)  {g['goal']}: "
+                     f"{g['median_ms']:.3f} / {g['baseline_median_ms']:.3f} ms" for g in goals)

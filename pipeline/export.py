@@ -77,27 +77,45 @@ def export_program(model: torch.nn.Module, cfg: model_module.ModelConfig) -> tor
 
 
 def model_form(model: model_module.RelevanceModel, form: str | None = None,
-               fast_path: bool = True) -> model_module.RelevanceModel:
+               fast_path: bool = True, general: str = "gather") -> model_module.RelevanceModel:
     """A copy of the model computing the same numbers in another exact form (model.py): the other
-    participatory form, or no 16G fast path (no torch.cond) for runtimes without control flow.
-    The model itself is left as it was."""
+    participatory form, no 16G fast path (no torch.cond) for runtimes without control flow, or
+    the general resize reading whole rows (PhotoWindows.general). The model itself is left as it was."""
     import copy
 
     form = form or model.participatory_scorer.form
     if form not in model_module.PARTICIPATORY_FORMS:
         raise ValueError(f"unknown participatory form {form!r}; one of {model_module.PARTICIPATORY_FORMS}")
+    if general not in model_module.PhotoWindows.GENERAL_FORMS:
+        raise ValueError(f"unknown general resize form {general!r}; one of {model_module.PhotoWindows.GENERAL_FORMS}")
     variant = copy.deepcopy(model)
     variant.participatory_scorer.form = form
     variant.texture.windows.fast_path = fast_path
+    variant.texture.windows.general = general
     return variant
 
 
 def export_form(model: model_module.RelevanceModel, form: str | None = None,
-                fast_path: bool = True) -> torch.export.ExportedProgram:
+                fast_path: bool = True, general: str = "gather") -> torch.export.ExportedProgram:
     """The same weights exported in another exact form (model_form), for a target whose runtime
     or own measurement needs it."""
-    variant = model_form(model, form, fast_path)
+    variant = model_form(model, form, fast_path, general)
     return export_program(variant, variant.cfg)
+
+
+def export_square(model: model_module.RelevanceModel) -> torch.export.ExportedProgram:
+    """A program for photos of exactly 16G x 16G (dynamic batch only), reading the windows as the
+    photo's own pixels (PhotoWindows.square_only): for a runtime without control flow that can
+    hold it as a second method beside the general one (ExecuTorch)."""
+    variant = model_form(model, fast_path=False)
+    variant.texture.windows.square_only = True
+    image, query = example_inputs(variant.cfg)
+    side = variant.cfg.image_size
+    image = image[:, :side, :side].contiguous()
+    batch = Dim("batch", min=1, max=MAX_BATCH)
+    with torch.no_grad():
+        return torch.export.export(variant, (image, query), dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
+                                   strict=False)
 
 
 def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path) -> ExportedProgramFile:

@@ -14,7 +14,9 @@ Pitfalls measured here (see TOOLCHAIN.md, Mobile):
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import os
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +71,9 @@ def planned_batch(path: Path) -> int:
 
     Read from the program's MethodMeta, not from the exported range (the lowering keeps the
     .pt2's symbolic bound of 64 but the memory plan settles lower, 15 measured here)."""
-    return int(_method(path).metadata.input_tensor_meta(0).sizes()[0])
+    program = _program(path)
+    return min(int(program.load_method(name).metadata.input_tensor_meta(0).sizes()[0])
+               for name in program.method_names)
 
 
 def _backend_config():
@@ -83,15 +87,28 @@ def _backend_config():
     return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
 
 
-def lower(program, path: Path) -> dict:
-    """ExportedProgram -> XNNPACK-delegated .pte; returns what the manifest records about it."""
+# The .pte's second method: photos of exactly 16G x 16G only, no resize (PhotoWindows.square_only).
+# "forward" takes every size; a caller holding a 16G x 16G photo may call this one instead and gets
+# the same numbers bit for bit (tests/test_executorch_ptl.py), faster.
+SQUARE_METHOD = "forward_16g"
+
+
+def lower(program, path: Path, square=None) -> dict:
+    """ExportedProgram -> XNNPACK-delegated .pte (with `square` as its SQUARE_METHOD when given);
+    returns what the manifest records about it."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     try:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        lowered = edge.exported_program()
+        programs = {"forward": program, **({SQUARE_METHOD: square} if square is not None else {})}
+        edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
+        lowered = edge.exported_program("forward")
         info = {"delegation": delegation_summary(lowered), "graph_inputs_planned": False}
+        if square is not None:
+            info["methods"] = {"forward": "any photo size (the general resize)",
+                               SQUARE_METHOD: "photos of exactly 16G x 16G only: no resize, the same numbers bit for bit, "
+                                              "faster; the runner calls it for such photos"}
+            info["delegation_" + SQUARE_METHOD] = delegation_summary(edge.exported_program(SQUARE_METHOD))
         path.write_bytes(edge.to_executorch(_backend_config()).buffer)
     except Exception as exc:  # the lowering raises many unrelated types
         raise ExportError(
@@ -105,15 +122,17 @@ def lower(program, path: Path) -> dict:
 
 GENERAL_PROGRAM = ("the build's program without its 16G fast path (torch.cond): ExecuTorch's emitter rejects "
                    "the shape predicate ('invalid target for call_function and_'); every photo size takes the "
-                   "general resize, which computes the same numbers")
+                   "general resize, which computes the same numbers, in its row-reading form (whole rows, "
+                   "then columns: index_select instead of an element gather, which ran on a slow portable kernel)")
 
 
 def general_program(ctx: BuildContext):
-    """The checkpoint exported without the torch.cond fast path (see GENERAL_PROGRAM)."""
+    """The checkpoint exported without the torch.cond fast path, its general resize reading whole
+    rows (see GENERAL_PROGRAM and model.PhotoWindows.resized_by_rows)."""
     from pipeline.export import export_form
 
-    ctx.log("[executorch] exporting the program without its 16G fast path (no control flow)")
-    return export_form(ctx.checkpoint.model, fast_path=False)
+    ctx.log("[executorch] exporting the program without its 16G fast path (no control flow), reading rows")
+    return export_form(ctx.checkpoint.model, fast_path=False, general="rows")
 
 
 INT8_SPEED_NOTE = ("dynamic int8 quantises the activations of every int8 linear layer at run time, and the "
@@ -121,7 +140,15 @@ INT8_SPEED_NOTE = ("dynamic int8 quantises the activations of every int8 linear 
                    "the reduced participatory head stay float")
 
 
-def quantize_dynamic_int8(ctx: BuildContext):
+def square_program(ctx: BuildContext):
+    """The checkpoint exported for 16G x 16G photos only (SQUARE_METHOD)."""
+    from pipeline.export import export_square
+
+    ctx.log(f"[executorch] exporting the {SQUARE_METHOD} method (16G x 16G photos, no resize)")
+    return export_square(ctx.checkpoint.model)
+
+
+def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
     """Dynamic int8 (PT2E, XNNPACKQuantizer): int8 per-channel weights for the learned layers,
     activations quantised at run time, so the fixed colour/Sobel front end stays float.
 
@@ -137,19 +164,27 @@ def quantize_dynamic_int8(ctx: BuildContext):
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from pipeline.export import dynamic_shapes, example_inputs
+    from pipeline.export import MAX_BATCH, dynamic_shapes, example_inputs
 
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
-    program = general_program(ctx)
     # nn.Linear modules only: the balancer (most of the bytes). set_global would also quantise the
     # fixed texture convolutions, whose 8-bit activations are what ruins the ranking (TOOLCHAIN.md).
     prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_module_type(torch.nn.Linear, config))
     # Dynamic quantisation needs no calibration statistics; one pass on the calibration split
     # (never the held-out one) runs the observers once, as PT2E expects.
     cal = ctx.golden.calibration.inputs(0, 4)
+    image, query = torch.from_numpy(cal["image"]), torch.from_numpy(cal["query"])
+    if square:
+        image = image[:, : ctx.config.image_size, : ctx.config.image_size].contiguous()
     with torch.no_grad():
-        prepared(torch.from_numpy(cal["image"]), torch.from_numpy(cal["query"]))
+        prepared(image, query)
     converted = convert_pt2e(prepared)
+    if square:
+        from torch.export import Dim
+
+        batch = Dim("batch", min=1, max=MAX_BATCH)
+        return torch.export.export(converted, (image[:2], query[:2]), dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
+                                   strict=False)
     return torch.export.export(converted, example_inputs(ctx.config), dynamic_shapes=dynamic_shapes(), strict=False)
 
 
@@ -163,10 +198,11 @@ class ExecutorchTarget(Target):
     def build(self, ctx: BuildContext) -> list[Variant]:
         fp32_budget, int8_budget = _budgets(ctx)
         ctx.log(f"[{self.name}] lowering FP32 to XNNPACK")
-        fp32_info = lower(general_program(ctx), ctx.staging / FP32_FILE)
+        fp32_info = lower(general_program(ctx), ctx.staging / FP32_FILE, square_program(ctx))
         fp32_info["program"] = GENERAL_PROGRAM
         ctx.log(f"[{self.name}] quantising (dynamic int8) and lowering")
-        int8_info = lower(quantize_dynamic_int8(ctx), ctx.staging / INT8_FILE)
+        int8_info = lower(quantize_dynamic_int8(ctx, general_program(ctx)), ctx.staging / INT8_FILE,
+                          quantize_dynamic_int8(ctx, square_program(ctx), square=True))
         int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
                                      "(the balancer's nn.Linear layers), activations quantised at run time")
         int8_info["participatory_form"] = ctx.checkpoint.model.participatory_scorer.form
@@ -193,9 +229,13 @@ class ExecutorchTarget(Target):
         return pte_runner(out / v["files"][0], v["info"]["max_batch"])
 
     def bench_cases(self, out: Path, entry: dict) -> list:
-        """Each published .pte in the ExecuTorch runtime on its default XNNPACK pool (one thread per
-        core). No 1-thread row: resizing the pool between calls (_unsafe_reset_threadpool) corrupted
-        the heap when interleaved with the other runtimes (malloc abort, measured)."""
+        """Each published .pte in the ExecuTorch runtime: on one thread and on the default XNNPACK
+        pool (one thread per core).
+
+        ExecuTorch's pool is process-wide and torch.set_num_threads does not govern it; resizing it
+        between calls (_unsafe_reset_threadpool) corrupted the heap when interleaved with the other
+        runtimes (malloc abort, measured). So the 1-thread rows run in a worker process whose pool
+        is sized once, before it loads the program (PoolWorker), and the default rows in this one."""
         from executorch.extension.pybindings import portable_lib
 
         from pipeline.bench import BenchCase
@@ -205,19 +245,126 @@ class ExecutorchTarget(Target):
         for name, variant in entry.get("variants", {}).items():
             if variant.get("status") == "failed":
                 continue
-            runner = pte_runner(out / variant["files"][0], variant["info"]["max_batch"])
-            label = lambda n: f"executorch {n} (default threads: XNNPACK pool of {pool})"  # noqa: E731
-            cases.append(BenchCase(label(name), runner.run, None, max_batch=runner.max_batch,
-                                   compare_to=label("fp32") if name != "fp32" else None,
-                                   speed_note=variant["info"].get("speed_note")))
+            path, max_batch = out / variant["files"][0], variant["info"]["max_batch"]
+            worker = PoolWorker(path, max_batch, threads=1)
+            runner = pte_runner(path, max_batch)
+            one = lambda n, t=worker.threads: f"executorch {n} ({t} thread{'s' if t > 1 else ''})"  # noqa: E731
+            default = lambda n: f"executorch {n} (default threads: XNNPACK pool of {pool})"  # noqa: E731
+            note = variant["info"].get("speed_note")
+            cases.append(BenchCase(one(name), worker.run, worker.threads if worker.threads == 1 else None,
+                                   self_timed=True, warm_call=False, max_batch=max_batch,
+                                   compare_to=one("fp32") if name != "fp32" else None, speed_note=note))
+            cases.append(BenchCase(default(name), runner.run, None, max_batch=runner.max_batch,
+                                   compare_to=default("fp32") if name != "fp32" else None, speed_note=note))
         return cases
 
 
-def _method(path: Path):
+class PoolWorker:
+    """A .pte run in a child process whose XNNPACK pool was sized once, at start, before any program
+    was loaded (and its OpenMP pool by OMP_NUM_THREADS): the only safe way to time ExecuTorch on a
+    pool other than this process's (above).
+
+    run(inputs) hands the worker the inputs once per distinct input (a pipe, untimed), then asks
+    for an untimed call and a timed one back to back (steady state, as the other cases); it returns
+    the milliseconds the worker measured around the timed call (the same runner as in-process:
+    tensors from numpy, execute, outputs copied out)."""
+
+    def __init__(self, path: Path, max_batch: int, threads: int):
+        import atexit
+        import subprocess
+        import sys
+
+        root = str(Path(__file__).resolve().parents[1])
+        to_child, self._send = os.pipe()
+        self._recv, from_child = os.pipe()
+        code = ("import sys; sys.path.insert(0, %r); from targets.executorch import _serve_pool_worker; "
+                "_serve_pool_worker(%r, %d, %d, %d, %d)" % (root, str(path), max_batch, threads, to_child, from_child))
+        # The kernels outside XNNPACK (libexecutorch_kernels_optimized) parallelise with OpenMP, a
+        # second pool that _unsafe_reset_threadpool does not size: OMP_NUM_THREADS does. Without it
+        # a "1-thread" run used 2 OpenMP threads, and on this 2-core host a batch of 8 took 16.5 ms
+        # instead of 1.8 ms (the windows alone, measured): the threads contended with the pool.
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        # the child's own output (cpuinfo, XNNPACK, import warnings) goes where this process's does
+        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child, from_child), env=env)
+        os.close(to_child)
+        os.close(from_child)
+        self._w, self._r = os.fdopen(self._send, "wb"), os.fdopen(self._recv, "rb")
+        atexit.register(self.close)
+        self._key = None
+        self.threads = self._ask(("threads",))
+
+    def _ask(self, message):
+        import pickle
+
+        pickle.dump(message, self._w, protocol=pickle.HIGHEST_PROTOCOL)
+        self._w.flush()
+        try:
+            status, value = pickle.load(self._r)
+        except EOFError:
+            raise ExportError(f"the ExecuTorch worker process stopped (exit {self._proc.wait()})",
+                              "run the bench with --verbose and read OUT/bench.log") from None
+        if status != "ok":
+            raise ExportError(f"the ExecuTorch worker failed: {value}", "read OUT/bench.log")
+        return value
+
+    def run(self, inputs: dict) -> float:
+        key = (id(inputs["image"]), inputs["image"].shape, id(inputs["query"]))
+        if key != self._key:
+            self._ask(("inputs", {k: np.ascontiguousarray(v) for k, v in inputs.items()}))
+            self._key = key
+        return self._ask(("run",))
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self._w.close()
+            try:
+                self._proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - a stuck worker must not hang the exit
+                self._proc.kill()
+
+
+def _serve_pool_worker(path: str, max_batch: int, threads: int, rfd: int, wfd: int) -> None:
+    """The worker's loop (PoolWorker): size the pool, load the program, answer until the pipe closes."""
+    import pickle
+    import time
+
+    from executorch.extension.pybindings import portable_lib
+
+    portable_lib._unsafe_reset_threadpool(threads)
+    runner = pte_runner(Path(path), max_batch)
+    r, w = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
+    inputs = None
+    while True:
+        try:
+            message = pickle.load(r)
+        except EOFError:
+            return
+        try:
+            if message[0] == "threads":
+                reply = portable_lib._threadpool_get_thread_count()
+            elif message[0] == "inputs":
+                inputs, reply = message[1], None
+            else:
+                runner.run(inputs)
+                start = time.perf_counter()
+                runner.run(inputs)
+                reply = (time.perf_counter() - start) * 1000.0
+            pickle.dump(("ok", reply), w)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
+            pickle.dump(("error", f"{type(exc).__name__}: {exc}"), w)
+        w.flush()
+
+
+def _method(path: Path, name: str = "forward"):
+    return _program(path).load_method(name)
+
+
+def _program(path: Path):
     from executorch.runtime import Runtime
 
     try:
-        return Runtime.get().load_program(str(path)).load_method("forward")
+        return Runtime.get().load_program(str(path))
     except Exception as exc:  # the runtime raises RuntimeError / ValueError with a C++ status code
         raise ExportError(f"{path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
@@ -241,24 +388,40 @@ def check_method_meta(path: Path, cfg) -> list[str]:
         dtype = _SCALAR_TYPES.get(int(info.dtype()), f"ScalarType {info.dtype()}")
         if dtype != _EXPECTED_DTYPES[name] or list(info.sizes())[1:] != want[name]:
             problems.append(f"{name} is {dtype}{list(info.sizes())}")
+    lines = ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and dims match (image uint8 up to "
+             f"{MAX_SIDE} x {MAX_SIDE}, topk int64)"]
+    program = _program(path)
+    if SQUARE_METHOD in program.method_names:
+        square = program.load_method(SQUARE_METHOD).metadata
+        image = square.input_tensor_meta(0)
+        want_image = [cfg.image_size, cfg.image_size, 3]
+        if square.num_inputs() != 2 or square.num_outputs() != 3 or list(image.sizes())[1:] != want_image \
+                or _SCALAR_TYPES.get(int(image.dtype())) != "uint8":
+            problems.append(f"{SQUARE_METHOD} takes {square.num_inputs()} inputs ({list(image.sizes())}), "
+                            f"expected uint8 [B,{cfg.image_size},{cfg.image_size},3] and the query")
+        lines.append(f"second method {SQUARE_METHOD}: {cfg.image_size} x {cfg.image_size} photos only (no resize)")
     if problems:
         raise ExportError(f"{path.name}: I/O contract broken: {'; '.join(problems)}",
                           "fix the export so dtypes and shapes match the contract")
-    return ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and dims match (image uint8 up to "
-            f"{MAX_SIDE} x {MAX_SIDE}, topk int64)"]
+    return lines
 
 
 def pte_runner(path: Path, max_batch: int) -> Runner:
     import torch
 
-    method = _method(path)
+    program = _program(path)
+    method = program.load_method("forward")
+    # the 16G method, when the program holds one, for photos of exactly that size
+    square = program.load_method(SQUARE_METHOD) if SQUARE_METHOD in program.method_names else None
+    side = int(square.metadata.input_tensor_meta(0).sizes()[1]) if square is not None else None
 
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         # The runtime reads a non-contiguous tensor as if it were contiguous: copy only those (an
         # unconditional copy cost 0.3 ms of 1.8 at G=32 batch 1 and 2.5 of 11 ms at batch 8, measured).
         args = [torch.from_numpy(np.ascontiguousarray(inputs["image"], dtype=np.uint8)),
                 torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))]
-        outs = method.execute(args)
+        shape = args[0].shape
+        outs = (square if side is not None and shape[1] == side and shape[2] == side else method).execute(args)
         return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
 
     return Runner(run, f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)", max_batch=max_batch)

@@ -37,6 +37,35 @@ def _quiet():
         yield
 
 
+# The .ptl's second method: photos of exactly 16G x 16G only, no resize (the fast path the tracer
+# cannot record as a branch); the same numbers as forward there, bit for bit.
+SQUARE_METHOD = "forward_16g"
+
+
+def _two_methods(model):
+    """A module whose `forward` is the model (general resize) and whose `forward_16g` is the same
+    model reading a 16G photo's own pixels (PhotoWindows.square_only), sharing one set of weights."""
+    import torch
+
+    class TwoMethods(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model = inner
+
+        def forward(self, image, query):
+            return self.model(image, query)
+
+        def forward_16g(self, image, query):
+            windows = self.model.texture.windows
+            windows.square_only = True
+            try:
+                return self.model(image, query)
+            finally:
+                windows.square_only = False
+
+    return TwoMethods(model)
+
+
 def trace_to_ptl(model, cfg, path: Path) -> Path:
     """Trace a copy whose parameters do not require grad: saved with requires_grad, every output
     of the .ptl would require grad and an app would pay autograd bookkeeping on each call."""
@@ -45,11 +74,14 @@ def trace_to_ptl(model, cfg, path: Path) -> Path:
     from pipeline.export import example_inputs, model_form
 
     # TorchScript's tracer cannot record torch.cond: trace the general resize, which computes the
-    # same numbers for every size (a 16G photo only misses the fast path)
+    # same numbers for every size, as forward, and the 16G path as a second method
     frozen = model_form(model, fast_path=False).eval().requires_grad_(False)
+    general = example_inputs(cfg, batch=2)
+    square = (general[0][:, : cfg.image_size, : cfg.image_size].contiguous(), general[1])
     try:
         with _quiet(), torch.no_grad():
-            traced = torch.jit.trace(frozen, example_inputs(cfg, batch=2), check_trace=False)
+            traced = torch.jit.trace_module(_two_methods(frozen), {"forward": general, SQUARE_METHOD: square},
+                                            check_trace=False)
             traced._save_for_lite_interpreter(str(path))
     except Exception as exc:  # TorchScript raises many unrelated types
         raise ExportError(f"TorchScript trace failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
@@ -78,6 +110,10 @@ class PtlTarget(Target):
         gate = Gate({**LOSSLESS.maxima, "size_bytes": budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
         info = {"format": "TorchScript lite interpreter (bytecode)", "traced_batch": 2,
                 "program": "general resize for every photo size (the tracer cannot record the 16G fast path's torch.cond)",
+                "methods": {"forward": "any photo size (the general resize)",
+                            SQUARE_METHOD: "photos of exactly 16G x 16G only: no resize, the same numbers bit for bit, "
+                                           "faster; the runner calls it for such photos"},
+                "square_side": ctx.config.image_size,
                 "optimize_for_mobile": False, "parameters_require_grad": False, "deprecated": self.notes}
         return [Variant("fp32", [path], gate, budget, primary=True, info=info)]
 
@@ -90,17 +126,18 @@ class PtlTarget(Target):
         return [f"loads in the lite interpreter; {len(ops)} root operators (for a selective LibTorch-Lite build)"]
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
-        return ptl_runner(variant.files[0])
+        return ptl_runner(variant.files[0], variant.info.get("square_side"))
 
     def published_runner(self, out: Path, entry: dict, variant: str) -> Runner:
-        return ptl_runner(out / entry["variants"][variant]["files"][0])
+        v = entry["variants"][variant]
+        return ptl_runner(out / v["files"][0], (v.get("info") or {}).get("square_side"))
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         import torch
 
         from pipeline.bench import BenchCase
 
-        runner, default = ptl_runner(out / entry["variants"]["fp32"]["files"][0]), torch.get_num_threads()
+        runner, default = self.published_runner(out, entry, "fp32"), torch.get_num_threads()
         cases = []
         for threads in (1, default):
             def run(inputs, n=threads):
@@ -111,16 +148,21 @@ class PtlTarget(Target):
         return cases
 
 
-def ptl_runner(path: Path) -> Runner:
+def ptl_runner(path: Path, square_side: int | None = None) -> Runner:
     import torch
 
     module = _load(path)
+    # the 16G method, when the file holds one and its side is known (info.square_side)
+    side = square_side if square_side and module.find_method(SQUARE_METHOD) else None
 
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         image = torch.from_numpy(np.ascontiguousarray(inputs["image"], dtype=np.uint8))
         query = torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))
         with _quiet():  # no torch.no_grad(): called as an app calls it (its parameters need no grad)
-            outs = module(image, query)
+            if side is not None and image.shape[1] == side and image.shape[2] == side:
+                outs = module.run_method(SQUARE_METHOD, image, query)
+            else:
+                outs = module(image, query)
         return {name: out.numpy() for name, out in zip(OUTPUT_NAMES, outs)}
 
     return Runner(run, f"torch {torch.__version__} lite interpreter (torch.jit.mobile)")

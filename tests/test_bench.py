@@ -29,10 +29,19 @@ def test_bench_writes_rows_side_by_side(tmp_path):
             for b in (1, 8) for t in (1, "default")}
     have = {(r["runtime"].split(" (")[0], r["batch"], r["threads"]) for r in rows}
     assert want <= have
+    # ratios on 1-thread rows only; default-thread rows carry their spread instead
     eager = [r for r in rows if r["runtime"].startswith("torch eager")]
-    assert all(r["vs_torch_eager"] == 1.0 for r in eager)
+    assert all(r["vs_torch_eager"] == (1.0 if r["threads"] == 1 else None) for r in eager)
     literal = [r for r in rows if r["runtime"].startswith("reference")]
-    assert all(r["vs_reference"] == 1.0 for r in literal) and "x vs reference" in proc.stdout
+    assert all(r["vs_reference"] == (1.0 if r["threads"] == 1 else None) for r in literal) and "x vs reference" in proc.stdout
+    assert all(r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] for r in rows)
+    assert not any(r["vs_torch_eager"] or r["vs_reference"] for r in rows if r["threads"] != 1)
+    # the goal this build can answer (onnxruntime, 1024x768 against its 16G crop), and the host
+    assert any(g["goal"].startswith("onnxruntime fp32: 1024x768") for g in data["goals"])
+    assert "cores" in data["host"] and "commit" in data
+    # what the runtimes print goes to the log, not the terminal
+    assert (out / "bench.log").is_file()
+    assert "third-party output" in proc.stdout and "UserWarning" not in proc.stdout + proc.stderr
     # the build's report now shows these latencies
     md = (out / "REPORT.md").read_text()
     assert all(f"| {r['case']} | {r['runtime']} | {r['batch']} | {r['threads']} | " in md for r in rows)
@@ -73,3 +82,41 @@ def test_bench_inputs_are_contiguous_copies_of_the_golden_views():
     for name, value in views.items():
         assert framed[name].flags["C_CONTIGUOUS"]
         np.testing.assert_array_equal(framed[name], value)
+
+
+def test_speed_goals_are_ratios_of_one_thread_medians_of_one_run():
+    from pipeline.bench import speed_goals
+
+    row = lambda runtime, case, ms, threads=1: {"runtime": runtime, "case": case, "threads": threads,  # noqa: E731
+                                                "median_ms": ms}
+    rows = [row("onnxruntime fp32 (1 thread)", "batch 1 (224x224 crops)", 0.2),
+            row("onnxruntime fp32 (1 thread)", "photo 1024x768", 0.3),
+            row("onnxruntime fp32 (default threads)", "photo 1024x768", 0.01, "default"),
+            row("executorch fp32 (1 thread)", "batch 1 (224x224 crops)", 0.25),
+            row("torch eager (1 thread)", "batch 1 (224x224 crops)", 1.0),
+            row("lite interpreter fp32 (1 thread)", "batch 1 (224x224 crops)", 0.9)]
+    goals = {g["goal"]: g for g in speed_goals(rows)}
+    assert goals["onnxruntime fp32: 1024x768 photo <= 1.25x its 16G crop"]["ratio"] == 1.5
+    assert not goals["onnxruntime fp32: 1024x768 photo <= 1.25x its 16G crop"]["met"]
+    assert goals["ExecuTorch fp32 <= 1.5x onnxruntime fp32 at batch 1"]["ratio"] == 1.25
+    assert goals["Lite Interpreter <= 1x torch eager (batch 1 (224x224 crops))"]["met"]
+    # a goal whose rows this run lacks is left out, not reported as met
+    assert not any(g["goal"].startswith("browser") for g in goals.values())
+
+
+def test_the_markdown_table_comes_from_bench_json():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("speed_table", Path(__file__).parents[1] / "scripts" / "speed_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bench = {"runs": 5, "host": "Linux x86_64, Some CPU, 2 cores", "timestamp": "T", "commit": "abc1234",
+             "rows": [{"case": "batch 1 (224x224 crops)", "runtime": "onnxruntime fp32 (1 thread)", "threads": 1,
+                       "median_ms": 0.2, "p10_ms": 0.19, "p90_ms": 0.3},
+                      {"case": "batch 1 (224x224 crops)", "runtime": "onnxruntime fp32 (default threads)",
+                       "threads": "default", "median_ms": 0.25, "p10_ms": 0.2, "p90_ms": 9.0}],
+             "goals": [{"goal": "g", "ratio": 1.2, "met": True}]}
+    md = module.table(bench)
+    assert "Some CPU, 2 cores" in md and "commit abc1234" in md
+    assert "| onnxruntime fp32 (1 thread) | 0.200 |" in md and "0.250 (0.200-9.00)" in md and "| g | 1.20x | yes |" in md

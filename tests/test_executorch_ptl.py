@@ -54,6 +54,45 @@ def test_executorch_records_delegation_and_int8_is_smaller(built):
     assert variants["int8"]["info"]["participatory_form"] == "reduced"
 
 
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_pte_16g_method_equals_forward_bit_for_bit(built, golden, variant):
+    """Each .pte holds a second method for 16G x 16G photos (no resize): the same outputs as the
+    general `forward` bit for bit, and the runner takes it for such photos."""
+    from executorch.runtime import Runtime
+
+    out, _, manifest = built
+    info = manifest["targets"]["executorch"]["variants"][variant]["info"]
+    assert et.SQUARE_METHOD in info["methods"]
+    path = out / "executorch" / (et.FP32_FILE if variant == "fp32" else et.INT8_FILE)
+    program = Runtime.get().load_program(str(path))
+    assert set(program.method_names) == {"forward", et.SQUARE_METHOD}
+    crops = golden.heldout.inputs(0, 3)
+    args = [torch.from_numpy(np.ascontiguousarray(crops["image"])), torch.from_numpy(np.ascontiguousarray(crops["query"]))]
+    general = program.load_method("forward").execute(args)
+    square = program.load_method(et.SQUARE_METHOD).execute(args)
+    for a, b in zip(general, square):
+        assert torch.equal(a, b)
+    ran = et.pte_runner(path, info["max_batch"]).run(crops)
+    np.testing.assert_array_equal(ran["relevance"], general[0].numpy())
+
+
+def test_ptl_16g_method_equals_forward_bit_for_bit(built, golden):
+    """The .ptl holds forward_16g too (the traced fast path): at 16G the same outputs as forward,
+    bit for bit, and the runner takes it for such photos."""
+    out, _, manifest = built
+    info = manifest["targets"]["ptl"]["variants"]["fp32"]["info"]
+    assert ptl.SQUARE_METHOD in info["methods"] and info["square_side"] == golden.heldout.images[0].shape[0]
+    module = ptl._load(out / "ptl" / ptl.PTL_FILE)
+    crops = golden.heldout.inputs(0, 3)
+    args = (torch.from_numpy(np.ascontiguousarray(crops["image"])), torch.from_numpy(np.ascontiguousarray(crops["query"])))
+    with ptl._quiet():
+        general, square = module(*args), module.run_method(ptl.SQUARE_METHOD, *args)
+    for a, b in zip(general, square):
+        assert torch.equal(a, b)
+    ran = ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE, info["square_side"]).run(crops)
+    np.testing.assert_array_equal(ran["relevance"], general[0].numpy())
+
+
 def test_pte_batch_equals_single_runs(built, golden):
     out, _, manifest = built
     path = out / "executorch" / et.FP32_FILE
@@ -92,8 +131,9 @@ def test_pte_and_ptl_take_any_photo_size(built, golden, loaded, size):
     with torch.no_grad():
         want = loaded.model(torch.from_numpy(photo), torch.from_numpy(inputs["query"]))
     info = manifest["targets"]["executorch"]["variants"]["fp32"]["info"]
+    ptl_info = manifest["targets"]["ptl"]["variants"]["fp32"]["info"]
     for runner in (et.pte_runner(out / "executorch" / et.FP32_FILE, info["max_batch"]),
-                   ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE)):
+                   ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE, ptl_info["square_side"])):
         got = runner.run(inputs)
         # 1e-4, the fidelity bar of every exactness test: since the shipped balancer weighs the entropy
         # and Sobel maps too (issue 31), their float32 rounding in XNNPACK / the lite interpreter

@@ -102,7 +102,23 @@ def test_the_16g_fast_path_equals_the_general_resize(loaded, golden):
     windows = loaded.model.texture.windows
     crop = torch.from_numpy(golden.heldout.inputs(0, 3)["image"])
     assert torch.equal(windows.at_input_size(crop), windows.resized(crop))
+    assert torch.equal(windows.at_input_size_by_rows(crop), windows.resized(crop))  # ExecuTorch's 16G method
     assert torch.equal(windows(crop), windows.resized(crop))
+
+
+@pytest.mark.parametrize("grid", [14, 32])
+def test_the_row_reading_resize_equals_the_gather_bit_for_bit(grid):
+    """ExecuTorch's form of the general resize (whole rows, then columns) reads the same bytes and
+    blends them with the same float32 operations in the same order as the element gather: equal
+    bit for bit at every size, up- and downsampling, odd sides, batch > 1, and at 16G."""
+    from pipeline.model import PhotoWindows
+
+    windows = PhotoWindows(grid)
+    gen = torch.Generator().manual_seed(grid)
+    for height, width, batch in ((16 * grid, 16 * grid, 2), (768, 1024, 1), (37, 1001, 3), (3024, 4032, 1),
+                                 (16, 16, 1), (16 * grid + 1, 16 * grid - 1, 2)):
+        photo = torch.randint(0, 256, (batch, height, width, 3), generator=gen, dtype=torch.uint8)
+        assert torch.equal(windows.resized_by_rows(photo), windows.resized(photo)), (height, width, batch)
 
 
 @pytest.mark.parametrize("grid, top_k", SETTINGS)
