@@ -362,7 +362,8 @@ def _bench(root: Path, runs: int) -> int:
     for note in result.get("notes") or []:
         print(f"note: {note}")
     print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, each timed "
-          f"call right after an untimed one of the same case, onnxruntime pools not spinning); x = torch eager median / this median at the same batch and threads; "
+          f"call right after an untimed one of the same case, onnxruntime pools not spinning); x = torch eager "
+          f"median / this median, 1-thread rows only (default-thread rows show their p10-p90 spread instead); "
           f"written to {root / 'bench.json'}")
     return 0
 
