@@ -56,16 +56,6 @@ class GoldenParityTest {
         }
     }
 
-    @Test
-    fun tieRuleMatchesPipelineParity() {
-        // scores 0.9, 0.5, 0.5004, 0.1 with K = 2: the reference picks {0, 2}; picking {0, 1}
-        // swaps a tie at the K-th place (within 1e-3) and counts as agreement, strictly it is 1/2.
-        val scores = floatArrayOf(0.9f, 0.5f, 0.5004f, 0.1f)
-        val (withTies, strict) = Parity.topkOverlap(scores, intArrayOf(0, 2), intArrayOf(0, 1), 1e-3)
-        assertEquals(1.0, withTies, 0.0)
-        assertEquals(0.5, strict, 0.0)
-        // picking patch 3 (0.1) is no tie: it does not count
-        val (noTie, _) = Parity.topkOverlap(scores, intArrayOf(0, 2), intArrayOf(0, 3), 1e-3)
-        assertEquals(0.5, noTie, 0.0)
-    }
+    // The tie rule itself is tested on the JVM (app/src/test GoldenTest.tieRuleMatchesPipelineParity),
+    // against pipeline/parity.py's numbers, in every android build: no device needed for it.
 }
