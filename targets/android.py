@@ -76,6 +76,9 @@ def artifact_entry(report) -> dict:
     }
     if "quantization" in v.info:
         entry["quantization"] = v.info["quantization"]
+    # the .pte's second method for 16G x 16G photos (targets/executorch.py SQUARE_METHOD), which the
+    # app calls for such photos: the same numbers as forward there, without the resize
+    entry["square_method"] = next((m for m in v.info.get("methods", {}) if m != "forward"), None)
     return entry
 
 

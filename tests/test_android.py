@@ -113,6 +113,11 @@ def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract)
         assert [t["name"] for t in art["outputs"]] == ["relevance", "topk_indices", "weights"]
         assert art["topk_dtype"] == "int64" and art["outputs"][1]["dtype"] == "int64"
         assert art["inputs"][0]["shape"] == ["batch", "height", "width", 3] and art["inputs"][0]["dtype"] == "uint8"
+        # the method the app calls for 16G x 16G photos exists in that very file (issue 30)
+        from executorch.runtime import Runtime
+
+        names = Runtime.get().load_program(out / "executorch" / art["file"]).method_names
+        assert art["square_method"] == "forward_16g" and set(names) == {"forward", "forward_16g"}
     assert contract["app"]["default_artifact"] in contract["artifacts"]
     assert mobile_contract.check_files(contract, out / "android") and android.check_bundle(contract, app)
     # the app copy is exactly what was published, nothing more, nothing less
@@ -169,8 +174,15 @@ def test_kotlin_hands_over_the_photo_as_decoded(contract):
         assert not found, f"{name} resamples or converts the photo: {found}"
     for name, text in sources.items():
         assert "createScaledBitmap" not in text, name
-        # the model's 16G input size is the artifact's business: parsed, never used to resize
-        assert "imageSize" not in text or name == "Contract.kt", name
+        # the model's 16G input size is the artifact's business: parsed, never used to resize; the one
+        # other use picks the .pte's square-photo method for a photo already of that size
+        allowed = ("photo.height == imageSize && photo.width == imageSize", "private val imageSize: Int",
+                   "contract.model.imageSize)", "/** contract.model.image_size")
+        rest = text
+        for use in allowed if name == "RelevanceModel.kt" else ():
+            assert use in rest, use
+            rest = rest.replace(use, "")
+        assert "imageSize" not in rest or name == "Contract.kt", name
     assert sources["Contract.kt"].count("imageSize") == 2  # the field and its parse
     # the screen's own copy (inSampleSize, Matrix) is confined to decodeForDisplay and never reaches the model
     activity = sources["MainActivity.kt"]

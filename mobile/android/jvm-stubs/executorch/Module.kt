@@ -8,6 +8,7 @@ import java.io.Closeable
 
 open class Module private constructor() : Closeable {
     open fun forward(vararg inputs: EValue): Array<EValue> = TODO("compile-only stub")
+    open fun execute(methodName: String, vararg inputs: EValue): Array<EValue> = TODO("compile-only stub")
     open fun destroy(): Unit = TODO("compile-only stub")
     override fun close(): Unit = TODO("compile-only stub")
 

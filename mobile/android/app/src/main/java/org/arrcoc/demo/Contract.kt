@@ -38,6 +38,9 @@ data class ArtifactEntry(
     val inputs: List<TensorSpec>,
     /** Ordered as the program's outputs: [relevance, topk_indices, weights]. */
     val outputs: List<TensorSpec>,
+    /** A second method of the .pte for photos of exactly image_size x image_size (no resize, the
+     *  same numbers bit for bit, faster), or null when the file holds only `forward`. */
+    val squareMethod: String? = null,
 ) {
     val imageInput get() = inputs[0]
     val queryInput get() = inputs[1]
@@ -153,6 +156,7 @@ class Contract(
                 ),
                 inputs = tensors(e.getJSONArray("inputs")),
                 outputs = tensors(e.getJSONArray("outputs")),
+                squareMethod = if (e.has("square_method") && !e.isNull("square_method")) e.getString("square_method") else null,
             )
         }
 

@@ -26,6 +26,12 @@ class ContractTest {
     }
 
     @Test
+    fun everyPteNamesItsSquarePhotoMethod() {
+        // RelevanceModel calls it for image_size x image_size photos (the build writes it per .pte)
+        for (entry in contract.artifacts.values) assertEquals(entry.key, "forward_16g", entry.squareMethod)
+    }
+
+    @Test
     fun everyArtifactIsTheFileTheContractNames() {
         for (entry in contract.artifacts.values) {
             val file = File(Fixtures.assets, entry.file)
