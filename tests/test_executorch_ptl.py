@@ -54,6 +54,18 @@ def test_executorch_records_delegation_and_int8_is_smaller(built):
     assert variants["int8"]["info"]["participatory_form"] == "reduced"
 
 
+def test_pte_casts_use_the_fast_portable_kernel(built):
+    """The photo's uint8 -> float32 casts stay outside XNNPACK; lowered as dim_order_ops'
+    _to_dim_order_copy they cost 8x more than aten._to_copy (docs/speed.md), so every .pte method
+    must carry the latter only."""
+    _, _, manifest = built
+    for v, entry in manifest["targets"]["executorch"]["variants"].items():
+        for key in ("delegation", "delegation_forward_16g"):
+            ops = entry["info"][key]["non_delegated_ops"]
+            assert not [op for op in ops if "dim_order" in op], (v, key, ops)
+            assert ops.get("aten__to_copy_default", 0) >= 1, (v, key, ops)
+
+
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_pte_16g_method_equals_forward_bit_for_bit(built, golden, variant):
     """Each .pte holds a second method for 16G x 16G photos (no resize): the same outputs as the
