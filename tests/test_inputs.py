@@ -22,6 +22,7 @@ import torch
 from PIL import Image
 
 from conftest import REPO, run_cli, write_reference_checkpoint
+from one_line import one_line
 from qwen_fixtures import synthetic_table, write_hf_cache, write_snapshot
 
 DIM = 64
@@ -45,12 +46,6 @@ def _refused(call, *expected: str) -> str:
     assert all(e in line for e in expected), line
     return line
 
-
-def _one_line(proc) -> str:
-    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-1500:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "-> fix:" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
-    return lines[0]
 
 
 def _copy(folder: Path, where: Path) -> Path:
@@ -123,10 +118,10 @@ def test_the_float_tables_the_reference_reads_are_taken_and_give_its_query(files
 
 def test_wrong_tables_stop_the_build_in_one_line_before_any_stage(files, tmp_path):
     float64 = _whole_with(tmp_path / "f64.pt", synthetic_table(DIM).double())
-    line = _one_line(run_cli("build", "--target", "onnx", "--checkpoint", str(float64), "--out", str(tmp_path / "out")))
+    line = one_line(run_cli("build", "--target", "onnx", "--checkpoint", str(float64), "--out", str(tmp_path / "out")))
     assert "is float64" in line and not (tmp_path / "out").exists()
     flat = _single_with(tmp_path / "flat", synthetic_table(DIM).flatten(), files)
-    line = _one_line(run_cli("build", "--target", "text-encoder", "--checkpoint", str(files["plain"]),
+    line = one_line(run_cli("build", "--target", "text-encoder", "--checkpoint", str(files["plain"]),
                              "--base-model", str(flat), "--out", str(tmp_path / "out")))
     assert "not [rows, width]" in line and not (tmp_path / "out" / "manifest.json").exists()
 
@@ -296,7 +291,7 @@ def test_bad_tokenizers_and_indexes_are_one_line_from_the_cli(files, tmp_path):
     for snapshot, expected in ((tokenizer, "links to /etc/passwd"), (fifo, "is a FIFO"), (deep, "not valid JSON")):
         proc = run_cli("build", "--target", "text-encoder", "--checkpoint", str(files["plain"]),
                        "--base-model", str(snapshot), "--out", str(tmp_path / "out"))
-        assert expected in _one_line(proc), proc.stderr
+        assert expected in one_line(proc), proc.stderr
         assert not (tmp_path / "out" / "manifest.json").exists()
 
 
@@ -441,7 +436,7 @@ def test_predict_on_16_bit_float_and_huge_photos(published, grey16, tmp_path):
     for photo, expected in ((tmp_path / "float.tif", "PIL mode F"),
                             (_huge_png(tmp_path / "169mp.png", 13_000, 13_000, rows=1), "13000x13000")):
         proc = run_cli("predict", "--image", str(photo), "--query-embedding", str(_query(tmp_path)), "--out", str(published))
-        assert expected in _one_line(proc)
+        assert expected in one_line(proc)
 
 
 def _query(tmp_path: Path) -> Path:

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from conftest import run_cli
+from one_line import one_line
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +33,6 @@ def photo(tmp_path_factory):
     Image.fromarray(_photo("chelsea")).save(path, quality=92)
     return path
 
-
-def _one_line(proc) -> str:
-    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-1500:]
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and "-> fix:" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
-    return lines[0]
 
 
 def test_text_query_on_a_whole_photo_matches_the_model(out, photo, loaded, tmp_path):
@@ -101,7 +96,7 @@ def test_bad_input_is_one_line_and_exit_2(case, out, photo, tmp_path):
         args += ["--query-embedding", str(tmp_path / "q.npy")]
     elif case == "nothing published":
         args[-1] = str(tmp_path / "empty")
-    line = _one_line(run_cli("predict", *args))
+    line = one_line(run_cli("predict", *args))
     expected = {"wrong width": "[384]", "float64": "float32", "unknown runtime": "onnx, onnx:fp32",
                 "not an image": "cannot be decoded", "too small": "12x40", "both queries": "exactly one",
                 "nothing published": "nothing is published"}[case]
@@ -117,7 +112,7 @@ def test_a_changed_published_file_is_refused(out, photo, tmp_path):
     assert copy.resolve() in target.parents  # the copy's own file, not the original's
     target.unlink()  # break any hard link to the original generation first
     target.write_bytes(b"\0" * 64)
-    line = _one_line(run_cli("predict", "--image", str(photo), "--query", "a cat", "--out", str(copy),
+    line = one_line(run_cli("predict", "--image", str(photo), "--query", "a cat", "--out", str(copy),
                              "--runtime", "onnx"))
     assert "differs from the manifest" in line and "invoke verify" in line
 
@@ -321,7 +316,7 @@ def test_a_write_that_fails_leaves_the_previous_heatmap_and_says_so(out, photo, 
                            "--out", str(out), "--json", str(tmp_path / "p.json"), "--heatmap", str(heat)],
                           cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=limit,
                           restore_signals=False)  # SIGXFSZ stays ignored: the write fails with EFBIG
-    line = _one_line(proc)
+    line = one_line(proc)
     assert "cannot write" in line and str(heat) in line and "left as it was" in line
     assert heat.read_bytes() == b"the previous heatmap" and sorted(p.name for p in tmp_path.iterdir()) == ["heat.png", "p.json"]
     assert json.loads((tmp_path / "p.json").read_text())["grid"] == 14
