@@ -92,20 +92,17 @@ def main(model: Path, rounds: int = 200) -> None:
     import onnxruntime as ort
 
     from pipeline.serve import serving
+    from targets.onnx_common import ort_session
     from targets.web import CHROMIUM_HOST
 
     rng = np.random.default_rng(0)
     query_dim = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).get_inputs()[1].shape[1]
     query = rng.standard_normal((1, query_dim), dtype=np.float32)
     photos = {k: rng.integers(0, 256, (1, h, w, 3), dtype=np.uint8) for k, (h, w) in SIZES.items()}
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     root = Path(tempfile.mkdtemp(prefix="arrcoc-browser-probe-"))
     try:
         make_site(root, model, photos, query)
-        native = {name: ort.InferenceSession(str(root / f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
-                  for name in ("nothing", "model")}
+        native = {name: ort_session(root / f"{name}.onnx", threads=1, spinning=False) for name in ("nothing", "model")}
         browser = CHROMIUM_HOST.acquire()
         try:
             with serving(root) as url:

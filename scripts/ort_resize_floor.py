@@ -87,21 +87,12 @@ def _model(nodes, consts, height, width):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
-def _session(model_bytes: bytes):
-    """One thread, pool not spinning, all graph optimisations: as `invoke bench` runs onnxruntime."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
-
-
 def main(model_path: str, rounds: int = 300) -> None:
     import math
 
     import onnx
+
+    from targets.onnx_common import ort_session
 
     model = onnx.load(model_path)
     dims = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in model.graph.output}
@@ -111,8 +102,8 @@ def main(model_path: str, rounds: int = 300) -> None:
     square = rng.integers(0, 256, (1, side, side, 3), dtype=np.uint8)
     photo = rng.integers(0, 256, (1, 768, 1024, 3), dtype=np.uint8)
     query = rng.standard_normal((1, model.graph.input[1].type.tensor_type.shape.dim[1].dim_value), dtype=np.float32)
-    full = _session(model.SerializeToString())
-    parts = {name: _session(m.SerializeToString())
+    full = ort_session(model.SerializeToString(), threads=1, spinning=False)
+    parts = {name: ort_session(m.SerializeToString(), threads=1, spinning=False)
              for name, m in (("square data path", square_data_path(grid)),
                              ("general data path, free index maths", general_data_path(768, 1024, grid)))}
     cases = {"model.onnx, 16G photo": lambda: full.run(None, {"image": square, "query": query}),

@@ -158,9 +158,9 @@ def _shape_text(shape: list) -> str:
     return "[" + ", ".join("dynamic" if d is None else str(d) for d in shape) + "]"
 
 
-def ort_session(path: Path, level: str = "ORT_ENABLE_ALL", threads: int = 0, spinning: bool = True):
-    """spinning=False: the intra-op pool sleeps between calls instead of busy-waiting, for runs that
-    share the cores with other runtimes (`invoke bench`)."""
+def ort_session(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int = 0, spinning: bool = True):
+    """A model file, or a serialized model's bytes. spinning=False: the intra-op pool sleeps between
+    calls instead of busy-waiting, for runs that share the cores with other runtimes (`invoke bench`)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -169,7 +169,8 @@ def ort_session(path: Path, level: str = "ORT_ENABLE_ALL", threads: int = 0, spi
     opts.log_severity_level = 3
     if not spinning:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    model = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
 def ort_runner(path: Path, level: str = "ORT_ENABLE_ALL") -> Runner:
