@@ -152,7 +152,19 @@ def variant_rows(manifest: dict) -> list[dict]:
                 "metrics": parity.get("metrics") or {}, "gate": parity.get("gate") or {},
                 "runtime": parity.get("runtime") or _not_measured(entry.get("status")), "measured": parity.get("measured"),
             })
+            rows += _not_built_rows(name, v)
     return rows
+
+
+def _not_built_rows(target: str, variant: dict) -> list[dict]:
+    """Variants a target chose not to build (TensorRT's fp16/int8 plans on a backend without them),
+    as the manifest records them in a built variant's info.not_built: shown with their reason, so
+    the report says what the build log says."""
+    skipped = (variant.get("info") or {}).get("not_built") or {}
+    return [{"target": target, "variant": str(name), "status": "not built", "variant_status": "not-built",
+             "target_status": None, "reason": str(reason), "bytes": None, "budget": None, "metrics": {},
+             "gate": {}, "runtime": "not built", "measured": None}
+            for name, reason in (skipped.items() if isinstance(skipped, dict) else ())]
 
 
 EAGER = "eager PyTorch float32"
@@ -195,16 +207,19 @@ def _png(fig) -> str:
 def _draw_panel(ax, image: np.ndarray, relevance: np.ndarray, topk: np.ndarray, title: str) -> None:
     from matplotlib.patches import Rectangle
 
-    from .overlay import cell_box
+    from .overlay import cell_box, heat_colour
 
     height, width = image.shape[:2]
     grid = int(round(len(relevance) ** 0.5))
     ax.imshow(image)
-    ax.imshow(relevance.reshape(grid, grid), cmap="inferno", alpha=0.55, extent=(0, width, height, 0),
-              interpolation="nearest", vmin=0, vmax=1)
-    for idx in topk:
+    # the page's and `invoke predict --heatmap`'s colours and opacity (overlay.heat_colour), so a
+    # map in the report reads like the demo's
+    rgb, alpha = heat_colour(np.asarray(relevance, dtype=np.float32).reshape(grid, grid))
+    ax.imshow(np.concatenate([rgb, alpha[..., None]], axis=-1), extent=(0, width, height, 0), interpolation="nearest")
+    for idx in topk:  # white inside a black edge, as the page and the heatmap outline them
         left, top, right, bottom = cell_box(idx, grid, height, width)
-        ax.add_patch(Rectangle((left, top), right - left, bottom - top, fill=False, lw=0.6, ec="#39ff14"))
+        ax.add_patch(Rectangle((left, top), right - left, bottom - top, fill=False, lw=1.2, ec="black"))
+        ax.add_patch(Rectangle((left, top), right - left, bottom - top, fill=False, lw=0.5, ec="white"))
     ax.set_title(title, fontsize=7)
     ax.axis("off")
 
@@ -263,7 +278,7 @@ def size_figure(rows: list[dict], onnx_bytes: int | None) -> str:
 
 _CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 td,th{border:1px solid #ccc;padding:3px 7px;font-size:12px;vertical-align:top}th{background:#f3f3f3}
-.published,.verified{color:#17692e}.unverified{color:#8a6100}.failed{color:#b00020}.skipped{color:#666}
+.published,.verified{color:#17692e}.unverified{color:#8a6100}.failed{color:#b00020}.skipped,.not-built{color:#666}
 .pass{color:#17692e}.fail{color:#b00020;font-weight:600}img{max-width:100%}code{font-size:12px}"""
 
 
@@ -467,12 +482,13 @@ def _bench_table(bench: dict | None) -> str:
 
 
 def _pictures(heldout: GoldenSplit | None, runs: list[dict], manifest: dict) -> str:
-    not_run = [f"{r['target']} {r['variant']}" for r in variant_rows(manifest)
-               if not any(x["target"] == r["target"] and x["variant"] == r["variant"] for x in runs)]
+    not_run = [f"{r['target']} {r['variant']}" for r in variant_rows(manifest) if r["variant_status"] != "not-built"
+               and not any(x["target"] == r["target"] and x["variant"] == r["variant"] for x in runs)]
     if heldout is None:
         return ("<p>No maps: the checkpoint these artifacts were built from was not at hand when this report "
                 "was written (a merge draws them when given <code>--checkpoint</code>).</p>")
-    parts = ["<p>Heatmap: relevance (0 dark, 1 bright); green squares: the top-K patches. "
+    parts = ["<p>Heatmap in the page's colours: relevance 0 blue (faint) through green to 1 red (strong); "
+             "white squares with a black edge: the top-K patches. "
              "Each panel's caption gives its top-K overlap with eager PyTorch on that photo.</p>"]
     # a variant held to another reference (the text encoder: its own queries) ran other inputs:
     # its maps beside eager's would read as a parity failure that its table row does not have

@@ -185,3 +185,44 @@ def test_report_shows_the_balancer_weights_per_preset(tmp_path):
     page = render_html({"targets": {}}, None, [], None, weights)
     assert "data-weights='cat'" in page and "anything unusual" in page
     assert "| anything unusual | " in render_markdown({"targets": {}}, None, weights)
+
+
+def test_report_names_variants_a_target_did_not_build():
+    """Issue 36: TensorRT's INT8 and FP16 plans not built (and why) were only in the build log and the
+    manifest's info.not_built; the report's tables now carry a row for each, with the reason."""
+    from pipeline.report import render_html, render_markdown, variant_rows
+
+    why_fp16 = "TensorRT-RTX has no FP16 builder flag (it picks precisions itself)"
+    manifest = {"targets": {"tensorrt": {"status": "unverified", "variants": {"fp32": {
+        "status": "unverified", "size": {"bytes": 3_692_442, "budget": 5_801_984},
+        "info": {"not_built": {"fp16": why_fp16, "int8": "the onnx-int8 model is asymmetric"}}}}}}}
+    rows = {(r["target"], r["variant"]): r for r in variant_rows(manifest)}
+    assert rows[("tensorrt", "fp16")]["status"] == "not built" and rows[("tensorrt", "fp16")]["reason"] == why_fp16
+    assert rows[("tensorrt", "int8")]["reason"] == "the onnx-int8 model is asymmetric"
+    assert f"| tensorrt | fp16 | not built | - - | - | - | - | {why_fp16} |" in render_markdown(manifest, None)
+    page = render_html(manifest, None, [], None)
+    assert "data-variant='fp16'" in page and why_fp16 in page
+
+
+def test_report_maps_use_the_page_colours():
+    """Issue 36: the report drew its maps with matplotlib's inferno while `invoke predict --heatmap`
+    and the page use heatColour (blue -> red); the panel now lays the same RGBA over the photo."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from pipeline.overlay import heat_colour
+    from pipeline.report import _draw_panel
+
+    grid = 4
+    relevance = np.linspace(0, 1, grid * grid).astype(np.float32)
+    fig, ax = plt.subplots()
+    _draw_panel(ax, np.zeros((64, 64, 3), np.uint8), relevance, np.array([15]), "t")
+    drawn = ax.get_images()[1].get_array()
+    rgb, alpha = heat_colour(relevance.reshape(grid, grid))
+    np.testing.assert_allclose(np.asarray(drawn)[..., :3], rgb)
+    np.testing.assert_allclose(np.asarray(drawn)[..., 3], alpha)
+    assert [p.get_edgecolor()[:3] for p in ax.patches] == [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)]
+    plt.close(fig)
