@@ -41,7 +41,7 @@ def _exit(code: int) -> None:
 
 @task(
     help={
-        "target": "onnx, onnx-int8, web, tensorrt, coreml, ptl, executorch, android, ios or all (comma-separated)",
+        "target": "onnx, onnx-int8, text-encoder, web, tensorrt, coreml, ios, executorch, ptl, android or all (comma-separated)",
         "checkpoint": "checkpoint (.safetensors or reference .pt/.pth); default: the shipped one",
         "out": "output folder; default: artifacts/",
         "verbose": VERBOSE,
