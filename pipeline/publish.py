@@ -21,8 +21,10 @@ sees the old publish, after it the new one; SIGKILL at any instant leaves one or
 The tool removes only what it can prove it wrote: the generations and staging runs named in its
 ledger, and inside a published generation only the files its manifest lists and the files the tool
 itself writes beside them. Anything else found there (a file a user put into OUT/) is kept and
-named. A folder given as --out that holds files the tool did not write is refused; one that holds
-a published manifest (a copy, a CI part, the older layout) is taken over whole, nothing deleted.
+named. A generation that a link other than OUT still leads to (`mv OUT OUT-v1`, `cp -a`) is a
+release the user kept: never removed while the link is there (release_links). A folder given as
+--out that holds files the tool did not write is refused; one that holds a published manifest (a
+copy, a CI part, the older layout) is taken over whole, nothing deleted.
 """
 from __future__ import annotations
 
@@ -113,6 +115,10 @@ def output_path(value: str, release_ok: bool = False) -> Path:
             raise OutputDirError(f"--out {value!r} is a kept release (generation {owner[1]} of {owner[0]}), which "
                                  "only verify reads", f"build into {owner[0]}, or copy the release first "
                                  f"(cp -rL {value} NEW) and pass --out NEW")
+        if not os.path.lexists(path):  # `mv OUT sub/v1`: OUT's relative link resolves nowhere there
+            raise OutputDirError(f"--out {value!r} is a link to {path}, which does not exist (a release link moved "
+                                 "away from its output folder)", "make it resolve: the build that kept its "
+                                 "generation named the `ln -sfn` command (or move the link back beside that folder)")
         raise OutputDirError(f"--out {value!r} is inside an output folder's own state ({path})",
                              "pass the output folder itself (the name without the leading dot and suffix)")
     return path

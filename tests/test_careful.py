@@ -491,6 +491,8 @@ def test_a_renamed_or_copied_output_folder_keeps_its_release_until_no_link_leads
     kept = [n for n in notes if "kept generation" in n]
     assert len(kept) == 1 and str(release.relative_to(tmp_path)) in kept[0], notes
     if how == "mv into a subfolder":  # the note names the command that makes the moved link resolve
+        code, _, err = invoke("verify", "--out", str(release))
+        assert "ln -sfn" in assert_one_line(code, err)
         command = kept[0].split("`")[1]
         assert command.startswith("ln -sfn ")
         subprocess.run(command, shell=True, check=True)
