@@ -207,12 +207,15 @@ def next_step(stage, root: Path, verbose: bool) -> str:
 def verify(out: str | None, verbose: bool = False) -> int:
     """`invoke verify`: every file the manifest lists exists with its bytes and sha256, and the
     published folders hold nothing the manifest does not list (no other file, no link)."""
-    return guarded(lambda: _verify(opts.in_folder(out, DEFAULT_OUT)), verbose, "verify")
+    return guarded(lambda: _verify(opts.release_folder(out, DEFAULT_OUT)), verbose, "verify")
 
 
 def _verify(root: Path) -> int:
     """Reads one generation: the one OUT links to when verify starts. A publish switching OUT
-    meanwhile removes that generation; then verify starts over on the new one (up to 5 times)."""
+    meanwhile removes that generation; then verify starts over on the new one (up to 5 times).
+    Fails (exit 3) on a listed file that differs and on anything in a published folder the
+    manifest does not list; a plain file at the top level that the tool did not write is named
+    as EXTRA and does not fail (it is in no target folder, so nothing copies it with one)."""
     from . import publish
     from .errors import InputError
 
@@ -225,7 +228,7 @@ def _verify(root: Path) -> int:
         if not manifest.get("targets"):  # an emptied or replaced manifest vouches for nothing
             raise InputError(f"the manifest in {root} lists no targets (it was emptied or replaced)",
                              f"rebuild with `invoke build --out {root}` (or restore its manifest.json)")
-        lines, bad = check_published(base, manifest)
+        lines, bad, extra = check_published(base, manifest)
         if not bad or publish.generation_id(root) == before:
             break
     print("\n".join(lines))
@@ -233,15 +236,18 @@ def _verify(root: Path) -> int:
     if bad:
         print(f"verify: {bad} problem{'s' if bad != 1 else ''} in {root}")
         print(f"error: {bad} finding(s) differ from the manifest -> fix: rebuild with `invoke build` "
-              f"(remove links and files you added to {root})", file=sys.stderr)
+              f"(remove links, folders and files you added to {root})", file=sys.stderr)
         return 3
+    also = (f"; {extra} file{'s' if extra != 1 else ''} there not published by arrcoc-edge (EXTRA above, "
+            "not checked)") if extra else ""
     print(f"verify: OK, {files} file{'s' if files != 1 else ''} of {len(manifest['targets'])} target(s) "
-          f"match the manifest in {root}")
+          f"match the manifest in {root}{also}")
     return 0
 
 
-def check_published(base: Path, manifest: dict) -> tuple[list[str], int]:
-    """(lines to print, number of findings) for the publish in folder `base`."""
+def check_published(base: Path, manifest: dict) -> tuple[list[str], int, int]:
+    """(lines to print, number of findings that fail, number of EXTRA files) for the publish in
+    folder `base`: each listed file checked, then every entry the tool did not publish named."""
     from . import publish
 
     lines, bad = [], 0
@@ -257,38 +263,118 @@ def check_published(base: Path, manifest: dict) -> tuple[list[str], int]:
                 lines.append(f"{kind} {rel}")
                 bad += 1
         lines.append(f"{name:12s} {entry.get('status')}: {len(listed)} files checked")
-    return lines, bad
+    found = beside_targets(base, manifest)
+    lines += [f"{kind} {rel}" for kind, rel in found]
+    extra = sum(kind == "EXTRA" for kind, _ in found)
+    return lines, bad + len(found) - extra, extra
+
+
+def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:
+    """What the top level of a publish (and its .cache) holds besides the target folders and the
+    files the tool writes there, never following a link: ("UNLISTED", "name/ (...)") for a folder
+    the manifest does not list, ("LINK", ...) and ("UNLISTED", "name (a FIFO ...)") for a link or
+    a special file, which fail; ("EXTRA", name) for a plain file, which does not."""
+    from . import publish
+
+    found = []
+    for name in _names(base):
+        if name in manifest.get("targets", {}):
+            continue
+        kind = _entry_kind(base / name)
+        if name == publish.CACHE and kind == "folder":
+            found += _in_cache(base, name, set(publish._cache_files(manifest)))
+        elif kind == "file":
+            if name not in publish.WRITTEN_BESIDE:
+                found.append(("EXTRA", name))
+        elif kind == "folder":
+            count = len(_plain_files(base, name))
+            found.append(("UNLISTED", f"{name}/ (a folder the manifest does not list: {count} "
+                                      f"file{'s' if count != 1 else ''} in it not checked)"))
+        else:
+            found.append(_odd_entry(base, name, kind))
+    return found
+
+
+def _in_cache(base: Path, rel: str, known: set[str]) -> list[tuple[str, str]]:
+    """The publish's .cache holds hard links to this publish's cache entries (`known`): any other
+    plain file there is EXTRA, a link or special file fails."""
+    found = []
+    for child in _names(base / rel):
+        path = f"{rel}/{child}"
+        kind = _entry_kind(base / path)
+        if kind == "folder":
+            found += _in_cache(base, path, known)
+        elif kind == "file":
+            found += [] if path in known else [("EXTRA", path)]
+        elif kind != "missing":
+            found.append(_odd_entry(base, path, kind))
+    return found
 
 
 def unlisted(base: Path, name: str, listed: set[str]) -> list[tuple[str, str]]:
     """Every entry under base/name that the manifest does not account for, never following a
-    link: ("LINK", path -> target) for any link, ("UNLISTED", path) for a file not listed,
-    something that is not a regular file, or a folder holding no listed file."""
+    link or opening anything: ("LINK", path -> target) for any link, ("UNLISTED", path) for a
+    file not listed, something that is not a regular file (its type named), or a folder holding
+    no listed file."""
     found = []
 
     def walk(rel: str) -> bool:  # True when the folder holds a listed file
-        path = base / rel
-        if path.is_symlink():
-            found.append(("LINK", f"{rel} -> {os.readlink(path)}"))
-            return False
-        if path.is_dir():
+        kind = _entry_kind(base / rel)
+        if kind == "folder":
             holds = False
-            try:
-                children = sorted(os.listdir(path))
-            except OSError:
-                children = []
-            for child in children:
+            for child in _names(base / rel):
                 holds = walk(f"{rel}/{child}") or holds
             if not holds and rel != name:
                 found.append(("UNLISTED", rel + "/"))
             return holds
-        if rel in listed and path.is_file():
-            return True
-        if rel not in listed and os.path.lexists(path):
+        if rel in listed:  # a listed path that is not a regular file: check_file's MISMATCH says so
+            return kind == "file"
+        if kind == "file":
             found.append(("UNLISTED", rel))
-        return rel in listed
+        elif kind != "missing":
+            found.append(_odd_entry(base, rel, kind))
+        return False
 
     walk(name)
+    return found
+
+
+def _entry_kind(path: Path) -> str:
+    """'file', 'folder', 'link', 'FIFO', 'socket', 'device' or 'missing', from lstat alone."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    return ("file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode)
+            else "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device")
+
+
+def _odd_entry(base: Path, rel: str, kind: str) -> tuple[str, str]:
+    """A link (its target shown, cut short) or a special file, which verify never opens."""
+    if kind == "link":
+        try:
+            target = os.readlink(base / rel)
+        except OSError:
+            target = "?"
+        return "LINK", f"{rel} -> {target if len(target) <= 200 else target[:200] + '...'}"
+    return "UNLISTED", f"{rel} (a {kind}, not opened)"
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _plain_files(base: Path, rel: str) -> list[str]:
+    """The regular files below base/rel (relative to base), links not followed."""
+    found = []
+    for folder, dirs, files in os.walk(base / rel):
+        found += [os.path.relpath(os.path.join(folder, f), base) for f in files
+                  if _entry_kind(Path(folder, f)) == "file"]
     return found
 
 

@@ -170,6 +170,12 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
     }
 
 
+# What a published file's path may hold: the tool's own are a few dozen characters; a longer one
+# was edited, and opening it would fail with "File name too long" far from the cause.
+MAX_PATH_CHARS = 1024
+MAX_NAME_BYTES = 255
+
+
 def check_shape(data, path: Path) -> None:
     """Refuse a manifest whose shape other code would trip over (or follow out of the folder):
     an object; `targets` an object of plain names; each entry's files a list of
@@ -197,3 +203,6 @@ def check_shape(data, path: Path) -> None:
             parts = Path(f["path"]).parts
             if not parts or parts[0] != name or ".." in parts or Path(f["path"]).is_absolute():
                 bad(f"file {f['path'][:60]!r} is not inside {name}/")
+            if len(f["path"]) > MAX_PATH_CHARS or max(len(p.encode()) for p in parts) > MAX_NAME_BYTES:
+                bad(f"file {f['path'][:60]!r}... is longer than a published path may be "
+                    f"({MAX_PATH_CHARS} characters, {MAX_NAME_BYTES} bytes a name)")

@@ -69,6 +69,14 @@ def in_folder(value: str | None, default: Path, name: str = "out") -> Path:
     return out_folder(value, default, name)
 
 
+def release_folder(value: str | None, default: Path, name: str = "out") -> Path:
+    """A folder verify reads: like in_folder, and a kept release (a renamed or copied output
+    folder's link to its generation) is read where it lives."""
+    from .publish import output_path
+
+    return output_path(str(default) if value is None else _not_empty(name, value), release_ok=True)
+
+
 def checkpoint_path(value: str | None, default: Path) -> Path:
     """--checkpoint: the default when left out; '' is an error; else an absolute path (the
     manifest records it, and later tasks run from other folders read it)."""

@@ -21,8 +21,10 @@ sees the old publish, after it the new one; SIGKILL at any instant leaves one or
 The tool removes only what it can prove it wrote: the generations and staging runs named in its
 ledger, and inside a published generation only the files its manifest lists and the files the tool
 itself writes beside them. Anything else found there (a file a user put into OUT/) is kept and
-named. A folder given as --out that holds files the tool did not write is refused; one that holds
-a published manifest (a copy, a CI part, the older layout) is taken over whole, nothing deleted.
+named. A generation that a link other than OUT still leads to (`mv OUT OUT-v1`, `cp -a`) is a
+release the user kept: never removed while the link is there (release_links). A folder given as
+--out that holds files the tool did not write is refused; one that holds a published manifest (a
+copy, a CI part, the older layout) is taken over whole, nothing deleted.
 """
 from __future__ import annotations
 
@@ -54,8 +56,27 @@ MANIFEST = "manifest.json"
 REPORT_FILES = ("report.html", "REPORT.md")
 BENCH = "bench.json"
 WRITTEN_BESIDE = (MANIFEST, *REPORT_FILES, BENCH)  # files the tool writes into a generation
-# A target (or variant) name as the manifest may use it: one plain path component.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A target (or variant) name as the manifest may use it: one plain path component, 128 at most.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# The names the tool gives its staging runs and generations (about 30 characters): time, process
+# id, six hex digits; a taken-over folder's generation starts with "adopted-". A ledger or link
+# naming anything else was edited, and nothing is removed on its word.
+RUN_NAME = re.compile(r"\d{8}-\d{6}-\d{1,10}-[0-9a-f]{6}")
+GENERATION_NAME = re.compile(rf"{RUN_NAME.pattern}|adopted-\d{{8}}-\d{{6}}-[0-9a-f]{{6}}")
+# The temporary files the tool's atomic writes leave when killed mid-write (tempfile.mkstemp: a
+# prefix, 8 characters of [a-z0-9_], a suffix): write_atomic's and report._write_atomic's (no
+# suffix) in a generation; the ledger's and prepare_out_dir's write test in the state folder.
+_MKSTEMP = r"[a-z0-9_]{8}"
+TEMP_IN_GENERATION = re.compile(rf"\.(?:manifest\.json|bench\.json)\.{_MKSTEMP}\.tmp"
+                                rf"|\.(?:report\.html|REPORT\.md)\.{_MKSTEMP}")
+TEMP_IN_STATE = re.compile(rf"\.ledger\.json\.{_MKSTEMP}\.tmp|\.write-test-{_MKSTEMP}")
+# What the tool writes into each cache folder of the state (.cache/<kind>/), by the name it gives:
+# exported programs by their key, saved outputs as <target>.<variant>.npz, TensorRT's timing cache.
+CACHE_ENTRIES = {
+    "export": re.compile(rf"[0-9a-f]{{16,64}}\.pt2|\.tmp-{_MKSTEMP}\.pt2"),
+    "report": re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,127}}\.[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}\.npz|tmp{_MKSTEMP}\.npz"),
+    "tensorrt": re.compile(rf"timing\.cache|\.tmp-{_MKSTEMP}"),
+}
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 KILL_AT_ENV = "ARRCOC_TEST_KILL_AT"  # tests: SIGKILL this process at the numbered point of publish()
@@ -68,10 +89,12 @@ def state_dir(out: Path) -> Path:
     return out.parent / f".{out.name}{STATE_SUFFIX}"
 
 
-def output_path(value: str) -> Path:
+def output_path(value: str, release_ok: bool = False) -> Path:
     """The output folder a user named, resolved once: absolute, with every link in its parent
     folders followed. The last component stays as given when it is this tool's own link (that IS
-    the output folder); a user's link there is followed to the folder it names."""
+    the output folder), or, for a task that only reads (release_ok), a link to a generation that
+    its output folder's ledger names (a kept release: a renamed or copied OUT); a user's link
+    there is followed to the folder it names."""
     if "\0" in value:
         raise OutputDirError(f"--out {value!r} holds a NUL character", "pass a folder name without control characters")
     path = Path(os.path.abspath(value))
@@ -81,13 +104,42 @@ def output_path(value: str) -> Path:
         path = Path(os.path.realpath(path.parent)) / path.name
         if not path.is_symlink() or _link_generation(path) is not None:
             break
+        if release_ok and kept_release(path) is not None:
+            return path
         path = Path(os.path.abspath(os.path.join(path.parent, os.readlink(path))))  # one link at a time
     if path == path.parent:
         raise OutputDirError(f"--out {value!r} names the file system root", "pass a folder to write into with --out")
     if any(p.endswith(STATE_SUFFIX) for p in path.parts):
+        owner = kept_release(Path(os.path.abspath(value)))
+        if owner is not None:
+            raise OutputDirError(f"--out {value!r} is a kept release (generation {owner[1]} of {owner[0]}), which "
+                                 "only verify reads", f"build into {owner[0]}, or copy the release first "
+                                 f"(cp -rL {value} NEW) and pass --out NEW")
+        if not os.path.lexists(path):  # `mv OUT sub/v1`: OUT's relative link resolves nowhere there
+            raise OutputDirError(f"--out {value!r} is a link to {path}, which does not exist (a release link moved "
+                                 "away from its output folder)", "make it resolve: the build that kept its "
+                                 "generation named the `ln -sfn` command (or move the link back beside that folder)")
         raise OutputDirError(f"--out {value!r} is inside an output folder's own state ({path})",
                              "pass the output folder itself (the name without the leading dot and suffix)")
     return path
+
+
+def kept_release(link: Path) -> tuple[Path, str] | None:
+    """(output folder, generation id) when `link` resolves to a generation folder that the ledger
+    of the output folder whose state holds it names, else None. The state is found from the
+    resolved path and confirmed by identity: the generation folder there is the link's target."""
+    try:
+        real = Path(os.path.realpath(link))
+        state = real.parent.parent
+        if not (real.parent.name == GENERATIONS and state.name.startswith(".") and state.name.endswith(STATE_SUFFIX)
+                and GENERATION_NAME.fullmatch(real.name)):
+            return None
+        out = state.parent / state.name[1:-len(STATE_SUFFIX)]
+        if real.name not in read_ledger(out)["generations"] or not os.path.samefile(link, state / GENERATIONS / real.name):
+            return None
+    except (OSError, ValueError, OutputDirError):
+        return None
+    return out, real.name
 
 
 def _link_generation(out: Path) -> str | None:
@@ -98,7 +150,7 @@ def _link_generation(out: Path) -> str | None:
         return None
     prefix = f"{state_dir(out).name}/{GENERATIONS}/"
     name = target[len(prefix):] if target.startswith(prefix) else ""
-    return name if NAME.fullmatch(name) else None
+    return name if GENERATION_NAME.fullmatch(name) else None
 
 
 def generation_id(out: Path) -> str | None:
@@ -151,14 +203,21 @@ def read_ledger(out: Path) -> dict:
             and isinstance(data.get("staging"), list)):
         raise _ledger_error(path, "not a ledger (generations {...} and staging [...])")
     for gen, info in data["generations"].items():
-        if not NAME.fullmatch(gen):
-            raise _ledger_error(path, f"names generation {gen[:80]!r}, not a folder name of its own")
-        if not isinstance(info, dict) or not isinstance(info.get("published", False), bool):
-            raise _ledger_error(path, f"holds {str(info)[:80]!r} for generation {gen}, not {{'published': true|false}}")
+        if not GENERATION_NAME.fullmatch(gen):
+            raise _ledger_error(path, f"names generation {_cut(gen)} ({len(gen)} characters), not a name the tool "
+                                      "gives (YYYYMMDD-HHMMSS-PID-xxxxxx)")
+        if not isinstance(info, dict) or not all(isinstance(info.get(k, False), bool) for k in ("published", "kept")):
+            raise _ledger_error(path, f"holds {_cut(str(info))} for generation {gen}, not {{'published': true|false}}")
     for run in data["staging"]:
-        if not isinstance(run, str) or not NAME.fullmatch(run):
-            raise _ledger_error(path, f"names staging run {str(run)[:80]!r}, not a folder name of its own")
+        if not isinstance(run, str) or not RUN_NAME.fullmatch(run):
+            raise _ledger_error(path, f"names staging run {_cut(str(run))}, not a name the tool gives "
+                                      "(YYYYMMDD-HHMMSS-PID-xxxxxx)")
     return data
+
+
+def _cut(text: str, keep: int = 60) -> str:
+    """A name read from state, quoted and cut short: one bad entry stays one readable line."""
+    return repr(text) if len(text) <= keep else repr(text[:keep]) + "..."
 
 
 def _ledger_error(path: Path, why: str) -> OutputDirError:
@@ -351,9 +410,10 @@ def _kill_point(n: int) -> None:
 
 def safe_relative(rel, what: str, error=OutputDirError) -> str:
     """A manifest's path: a relative, normalised path of plain components (no '..', no '.',
-    nothing absolute, no NUL), or `error`."""
-    parts = rel.split("/") if isinstance(rel, str) else []
-    if not parts or any(p in ("", ".", "..") or "\0" in p for p in parts) or rel.startswith("/"):
+    nothing absolute, no NUL; 1024 characters at most, 255 bytes a component), or `error`."""
+    parts = rel.split("/") if isinstance(rel, str) and len(rel) <= 1024 else []
+    if not parts or any(p in ("", ".", "..") or "\0" in p or len(p.encode()) > 255 for p in parts) \
+            or rel.startswith("/"):
         raise error(f"{what} names {str(rel)[:80]!r}, not a path inside its folder",
                     "rebuild that folder with `invoke build` (its manifest was edited or damaged)")
     return rel
@@ -606,7 +666,7 @@ def remove_generation(gen: Path, published: bool) -> list[str]:
         for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
             path = Path(folder, name)
             rel = path.relative_to(gen).as_posix()
-            if rel in known or (rel.startswith(".") and "/" not in rel and rel.endswith(".tmp")):
+            if rel in known or TEMP_IN_GENERATION.fullmatch(rel):
                 try:
                     path.unlink(missing_ok=True)
                 except OSError as exc:
@@ -619,26 +679,121 @@ def remove_generation(gen: Path, published: bool) -> list[str]:
 
 
 def tidy(out: Path, log=print) -> None:
-    """Remove the generations and staging runs the ledger names that no reader can reach.
-    Only call it under build_lock: then no other build is using any of them."""
+    """Remove the generations and staging runs the ledger names that no reader can reach: not
+    the one OUT links to, nor one that a link of yours still leads to (a renamed or copied OUT,
+    see release_links). Only call it under build_lock: then no other build is using any of them."""
     ledger = read_ledger(out)
     current = _link_generation(out)
     state = state_dir(out)
+    linked = release_links(out, ledger)
     for gen, info in list(ledger["generations"].items()):
         if gen == current:
+            continue
+        if gen in linked:
+            if not info.get("kept"):  # named once, when it is first kept
+                log(f"note: kept generation {gen}: {'; '.join(linked[gen])}; it is removed by the first build or "
+                    f"clean of {out} after no link leads to it")
+                _record(out, generations={gen: {"kept": True}})
             continue
         kept = remove_generation(state / GENERATIONS / gen, bool(info.get("published")))
         if kept:
             log(f"note: kept {len(kept)} file(s) of an old publish: {kept[0]}{' ...' if len(kept) > 1 else ''}; "
                 "move out what you put there, fix the permissions of the rest (they are removed next time)")
         else:
+            if info.get("kept"):
+                log(f"removed kept generation {gen}: no link leads to it any more")
             _record(out, generations={gen: None})
     for run in list(ledger["staging"]):
-        if NAME.fullmatch(run) and not remove_tree(state / STAGING / run):
+        if not remove_tree(state / STAGING / run):
             log(f"note: could not remove {state / STAGING / run} (not writable); remove it by hand")
             continue
         _record(out, staging_drop=run)
     (state / SWITCH).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- releases kept by a link
+
+
+def release_links(out: Path, ledger: dict) -> dict[str, list[str]]:
+    """The generations of OUT's ledger that a link other than OUT still leads to, each with how
+    ("OUT-v1 links to it"). `mv OUT OUT-v1` and `cp -a OUT OUT-v1` keep a release this way. Links
+    are looked for in the folder holding OUT and in the folders directly inside it, never
+    followed while looking; a link is matched to a generation by the identity (st_dev, st_ino) of
+    the folder it resolves into, not by its spelling. A copy of OUT's own link moved into a
+    subfolder (`mv OUT old/v1`) resolves nowhere from there; it keeps its generation too, and the
+    note says how to make it resolve."""
+    state = state_dir(out)
+    gens = {}
+    for gen in ledger["generations"]:
+        with contextlib.suppress(OSError):
+            info = os.stat(state / GENERATIONS / gen, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                gens[(info.st_dev, info.st_ino)] = gen
+    found: dict[str, list[str]] = {}
+    if not gens:
+        return found
+    own_text = re.compile(re.escape(f"{state.name}/{GENERATIONS}/") + f"({GENERATION_NAME.pattern})")
+    for link in _links_near(out):
+        gen = _generation_reached(link, gens)
+        if gen is not None:
+            found.setdefault(gen, []).append(f"{_shown_path(link, out)} links to it")
+            continue
+        moved = own_text.fullmatch(_read_link(link) or "")
+        if moved and moved.group(1) in gens.values() and not os.path.exists(link):
+            target = os.path.relpath(state / GENERATIONS / moved.group(1), link.parent)
+            found.setdefault(moved.group(1), []).append(
+                f"{_shown_path(link, out)}, a copy of {out.name}'s link, resolves nowhere where it is now "
+                f"(`ln -sfn {target} {link}` makes it a release again)")
+    return found
+
+
+def _links_near(out: Path):
+    """The links in OUT's folder (OUT itself and the state folder aside) and in the folders
+    directly inside it. Folders that cannot be listed are passed over."""
+    skip = {out.name, state_dir(out).name}
+
+    def entries(folder: Path):
+        try:
+            with os.scandir(folder) as it:
+                return list(it)
+        except OSError:
+            return []
+
+    for entry in entries(out.parent):
+        if entry.name in skip:
+            continue
+        if entry.is_symlink():
+            yield Path(entry.path)
+        elif entry.is_dir(follow_symlinks=False):
+            yield from (Path(e.path) for e in entries(Path(entry.path)) if e.is_symlink())
+
+
+def _generation_reached(link: Path, gens: dict) -> str | None:
+    """The generation (of `gens`, keyed by identity) that `link` resolves to or into, else None."""
+    try:
+        path = Path(os.path.realpath(link))
+    except (OSError, ValueError, RuntimeError):
+        return None
+    for folder in (path, *path.parents):
+        try:
+            info = os.stat(folder)
+        except OSError:
+            continue
+        gen = gens.get((info.st_dev, info.st_ino))
+        if gen is not None:
+            return gen
+    return None
+
+
+def _read_link(link: Path) -> str | None:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return None
+
+
+def _shown_path(link: Path, out: Path) -> str:
+    return os.path.relpath(link, out.parent)
 
 
 def recover(out: Path, manifest: dict | None = None, log=print) -> None:
@@ -734,29 +889,98 @@ def _take_over_old_layout(out: Path, old_gen: Path, log) -> None:
 
 def clean(out: Path, log=print) -> list[str]:
     """Remove what the tool wrote for OUT: its link, the generations and staging runs its ledger
-    names, its caches, log, lock and ledger. Returns what it kept (files it did not write)."""
+    names (not one a link still leads to: release_links), the cache entries it made, its log,
+    lock and ledger. The ledger is read, and refused when edited, before anything is removed; it
+    stays, naming only the kept generations, while a link leads to one (the next build or clean
+    collects it once none does). Returns everything it kept, each named."""
     state = state_dir(out)
     kept: list[str] = []
     with build_lock(out, log):
         recover(out, None, log) if _old_layout_generation(out) is not None else None
+        ledger = read_ledger(out)
         if is_output_folder(out):
             out.unlink()
-        ledger = read_ledger(out)
+        linked = release_links(out, ledger)
+        staying = {}
         for gen, info in ledger["generations"].items():
+            if gen in linked:
+                kept.append(f"{state / GENERATIONS / gen} (generation {gen}: {'; '.join(linked[gen])}; "
+                            "remove that link, then clean again)")
+                staying[gen] = info
+                continue
             kept += remove_generation(state / GENERATIONS / gen, bool(info.get("published")))
-        for run in ledger["staging"]:
-            if NAME.fullmatch(run):
-                remove_tree(state / STAGING / run)
-        for name in (CACHE, "build.log", SWITCH, LEDGER):
-            if os.path.lexists(state / name) and not remove_tree(state / name):
-                kept.append(f"{state / name} (could not remove)")
-        for name in (STAGING, GENERATIONS):
-            with contextlib.suppress(OSError):
-                (state / name).rmdir()
-    (state / LOCK).unlink(missing_ok=True)
+        runs_left = [run for run in ledger["staging"] if not remove_tree(state / STAGING / run)]
+        kept += [f"{state / STAGING / run} (could not remove)" for run in runs_left]
+        if staying:
+            _write_ledger(out, {**ledger, "generations": staying, "staging": []})
+        kept += _clean_cache(state / CACHE)
+        for entry in _entries(state):
+            kept += _clean_state_entry(entry, staying, set(ledger["generations"]) | set(runs_left))
+    if stat.S_ISREG(_lstat_mode(state / LOCK)):
+        (state / LOCK).unlink()
     with contextlib.suppress(OSError):
         state.rmdir()
-    if state.exists():
-        kept += [f"{p} (not written by arrcoc-edge)" for p in state.iterdir()
-                 if not any(k.startswith(str(p)) for k in kept)]
     return kept
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _clean_cache(cache: Path) -> list[str]:
+    """Remove the cache entries the tool writes (regular files named as CACHE_ENTRIES says) and
+    the folders left empty; returns everything else there, named."""
+    if not stat.S_ISDIR(_lstat_mode(cache)):
+        return [f"{cache} (not written by arrcoc-edge)"] if os.path.lexists(cache) else []
+    kept = []
+    for kind in _entries(cache):
+        shape = CACHE_ENTRIES.get(kind.name)
+        if shape is None or not kind.is_dir(follow_symlinks=False):
+            kept.append(f"{kind.path} (not written by arrcoc-edge)")
+            continue
+        for entry in _entries(Path(kind.path)):
+            if shape.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+            else:
+                kept.append(f"{entry.path} (not written by arrcoc-edge)")
+        with contextlib.suppress(OSError):
+            os.rmdir(kind.path)
+    with contextlib.suppress(OSError):
+        cache.rmdir()
+    return kept
+
+
+def _clean_state_entry(entry: os.DirEntry, staying: dict, named: set[str]) -> list[str]:
+    """One entry of the state folder, at clean: the tool's own files removed, the rest named."""
+    name = entry.name
+    if name in (LOCK, CACHE) or (name == LEDGER and staying):
+        return []  # the lock goes once released, the cache was cleaned, the ledger stays
+    if (name in ("build.log", LEDGER) or TEMP_IN_STATE.fullmatch(name)) and entry.is_file(follow_symlinks=False) \
+            or name == SWITCH and entry.is_symlink():
+        os.unlink(entry.path)
+        return []
+    if name in (GENERATIONS, STAGING) and entry.is_dir(follow_symlinks=False):
+        return _unknown_in(Path(entry.path), named)
+    return [f"{entry.path} (not written by arrcoc-edge)"]
+
+
+def _unknown_in(folder: Path, named: set[str]) -> list[str]:
+    """Remove `folder` (the state's .generations or .staging) once empty; else name each entry
+    in it that the caller did not name already: one its ledger does not name, kept."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+        return []
+    what = "generation" if folder.name == GENERATIONS else "staging run"
+    return [f"{entry.path} (a {what} folder its ledger does not name: not written by arrcoc-edge)"
+            for entry in _entries(folder) if entry.name not in named]

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -428,3 +429,274 @@ def test_a_build_log_that_is_not_a_regular_file_never_blocks_the_build(kind, tmp
         signal.signal(signal.SIGALRM, previous)
     assert time.monotonic() - started < 5
     assert victim.read_text() == "keep\n" and not out.exists()
+
+
+# ------------------------------------------------------------------ issue 35.1: a renamed or copied OUT keeps its release
+
+
+def publish_noted(out: Path, data: bytes) -> list[str]:
+    """publish_files, as a build publishes, returning the notes it logged."""
+    from pipeline import publish
+    from test_escapes import entry_for, manifest_for
+
+    notes = []
+    publish.prepare_out_dir(out)
+    with publish.build_lock(out, log=notes.append):
+        publish.recover(out, publish.read_manifest(out), log=notes.append)
+        run = publish.new_staging(out)
+        (run / "t").mkdir()
+        (run / "t" / "a.bin").write_bytes(data)
+        publish.publish(out, {"t": run / "t"}, manifest_for({"t": entry_for("t", run / "t")}), log=notes.append)
+    return notes
+
+
+def keep_release(out: Path, how: str) -> Path:
+    """Keep OUT's release the ways a user would; returns the path the release is read from."""
+    root = out.parent
+    if how == "mv":
+        return out.rename(root / "out-v1")
+    if how == "mv into a subfolder":  # the relative link resolves nowhere there: the note says how to repair it
+        (root / "releases").mkdir()
+        return out.rename(root / "releases" / "v1")
+    if how == "cp -a (copies the link)":
+        os.symlink(os.readlink(out), root / "out-keep")
+        return root / "out-keep"
+    if how == "ln -s to the generation":
+        os.symlink(os.path.realpath(out), root / "v1")
+        return root / "v1"
+    if how == "link in a subfolder":
+        (root / "releases").mkdir()
+        os.symlink(os.path.relpath(os.path.realpath(out), root / "releases"), root / "releases" / "v1")
+        return root / "releases" / "v1"
+    raise AssertionError(how)
+
+
+def verify_ok(folder: Path) -> str:
+    code, stdout, err = invoke("verify", "--out", str(folder))
+    assert code == 0 and stdout.strip().splitlines()[-1].startswith("verify: OK, 1 file of 1 target(s)"), stdout + err
+    return stdout
+
+
+RELEASES = ["mv", "mv into a subfolder", "cp -a (copies the link)", "ln -s to the generation", "link in a subfolder"]
+
+
+@pytest.mark.parametrize("how", RELEASES)
+def test_a_renamed_or_copied_output_folder_keeps_its_release_until_no_link_leads_to_it(how, tmp_path):
+    from pipeline import publish
+
+    out = tmp_path / "out"
+    publish_noted(out, b"v1")
+    release = keep_release(out, how)
+    notes = publish_noted(out, b"v2")
+    kept = [n for n in notes if "kept generation" in n]
+    assert len(kept) == 1 and str(release.relative_to(tmp_path)) in kept[0], notes
+    if how == "mv into a subfolder":  # the note names the command that makes the moved link resolve
+        code, _, err = invoke("verify", "--out", str(release))
+        assert "ln -sfn" in assert_one_line(code, err)
+        command = kept[0].split("`")[1]
+        assert command.startswith("ln -sfn ")
+        subprocess.run(command, shell=True, check=True)
+    assert (release / "t" / "a.bin").read_bytes() == b"v1" and (out / "t" / "a.bin").read_bytes() == b"v2"
+    assert f"in {release}" in verify_ok(release)
+    verify_ok(out)
+    # named once: later publishes keep it without saying so again
+    assert not [n for n in publish_noted(out, b"v3") if "kept generation" in n]
+    assert (release / "t" / "a.bin").read_bytes() == b"v1"
+    # the user deletes the release: the next publish collects its generation, and the ledger forgets it
+    os.unlink(release)
+    gens_before = set(os.listdir(publish.state_dir(out) / publish.GENERATIONS))
+    notes = publish_noted(out, b"v4")
+    assert any("removed kept generation" in n for n in notes), notes
+    assert len(os.listdir(publish.state_dir(out) / publish.GENERATIONS)) == 1 < len(gens_before)
+    assert len(publish.read_ledger(out)["generations"]) == 1
+
+
+def test_two_kept_releases_both_verify_and_clean_keeps_them_and_says_so(tmp_path):
+    from pipeline import publish
+
+    out = tmp_path / "out"
+    publish_noted(out, b"v1")
+    v1 = out.rename(tmp_path / "v1")
+    publish_noted(out, b"v2")
+    v2 = out.rename(tmp_path / "v2")
+    publish_noted(out, b"v3")
+    for release, data in ((v1, b"v1"), (v2, b"v2"), (out, b"v3")):
+        assert (release / "t" / "a.bin").read_bytes() == data
+        verify_ok(release)
+    code, stdout, err = invoke("clean", "--out", str(out))
+    assert code == 0, stdout + err
+    assert not os.path.lexists(out)
+    for release, data in ((v1, b"v1"), (v2, b"v2")):
+        assert (release / "t" / "a.bin").read_bytes() == data
+        named = [line for line in stdout.splitlines() if line.startswith("kept ") and f"{release.name} links to it" in line]
+        assert len(named) == 1, stdout
+        verify_ok(release)
+    os.unlink(v1)  # one link gone: clean collects that one, keeps the other
+    code, stdout, _ = invoke("clean", "--out", str(out))
+    assert code == 0 and "v2 links to it" in stdout and "v1 links to it" not in stdout, stdout
+    assert len(os.listdir(publish.state_dir(out) / publish.GENERATIONS)) == 1
+    os.unlink(v2)
+    code, stdout, _ = invoke("clean", "--out", str(out))
+    assert code == 0 and not [line for line in stdout.splitlines() if line.startswith("kept ")], stdout
+    assert os.listdir(tmp_path) == []  # everything the tool wrote is gone, and nothing else was there
+
+
+@pytest.mark.parametrize("how", RELEASES[2:])
+def test_clean_keeps_a_generation_a_link_leads_to(how, tmp_path):
+    out = tmp_path / "out"
+    publish_noted(out, b"v1")
+    release = keep_release(out, how)
+    code, stdout, err = invoke("clean", "--out", str(out))
+    assert code == 0 and f"{release.relative_to(tmp_path)} links to it" in stdout, stdout + err
+    assert not os.path.lexists(out) and (release / "t" / "a.bin").read_bytes() == b"v1"
+    verify_ok(release)
+
+
+@pytest.mark.parametrize("task", ["build", "clean", "merge"])
+def test_a_task_that_writes_refuses_a_kept_release_and_writes_nothing(task, tmp_path):
+    out = tmp_path / "out"
+    publish_noted(out, b"v1")
+    release = out.rename(tmp_path / "out-v1")
+    publish_noted(out, b"v2")
+    argv = {"build": ["build", "--target", "onnx", "--out", str(release)], "clean": ["clean", "--out", str(release)],
+            "merge": ["merge", "--parts", str(part(tmp_path / "part")), "--out", str(release)]}[task]
+    before = tree(tmp_path)
+    code, _, err = invoke(*argv)
+    line = assert_one_line(code, err)
+    assert "kept release" in line and f"{out}" in line, line
+    assert tree(tmp_path) == before
+
+
+# ------------------------------------------------------------------ issue 35.9: names read from the ledger, bounded
+
+
+@pytest.mark.parametrize("task", ["build", "clean", "verify"])
+@pytest.mark.parametrize("kind", ["generation of 300 characters", "generation of 129 characters",
+                                  "generation the tool would not name", "staging run of 129 characters",
+                                  "generation with a slash", "generation .."])
+def test_a_ledger_name_the_tool_does_not_make_is_refused_before_anything_changes(kind, task, tmp_path):
+    out = tmp_path / "out"
+    publish_files(out, {"a.bin": b"a"})
+    publish_files(out, {"a.bin": b"b"})
+    ledger = json.loads(ledger_path(out).read_text())
+    name = {"generation of 300 characters": "2" * 300, "generation of 129 characters": "a" * 129,
+            "generation the tool would not name": "victim", "staging run of 129 characters": "b" * 129,
+            "generation with a slash": "20250101-000000-1-abcdef/..", "generation ..": ".."}[kind]
+    if kind.startswith("staging"):
+        ledger["staging"].append(name)
+    else:
+        ledger["generations"][name] = {"published": True}
+    ledger_path(out).write_text(json.dumps(ledger))
+    argv = {"build": ["build", "--target", "onnx", "--out", str(out)], "clean": ["clean", "--out", str(out)],
+            "verify": ["verify", "--out", str(out)]}[task]
+    before = outside_the_log(tree(tmp_path))
+    code, _, err = invoke(*argv)
+    line = assert_one_line(code, err)
+    assert "ledger" in line and "nothing was removed" in line and "restore it" in line, line
+    assert outside_the_log(tree(tmp_path)) == before and (out / "t" / "a.bin").read_bytes() == b"b"
+
+
+def test_a_manifest_path_longer_than_a_file_name_may_be_is_one_line(tmp_path):
+    out = part(tmp_path / "out")
+    data = json.loads((out / "manifest.json").read_text())
+    data["targets"]["t"]["files"][0]["path"] = "t/" + "x" * 300
+    (out / "manifest.json").write_text(json.dumps(data))
+    code, _, err = invoke("verify", "--out", str(out))
+    assert "longer than" in assert_one_line(code, err)
+
+
+# ------------------------------------------------------------------ issue 35.11: clean removes only what the tool wrote
+
+
+def test_clean_keeps_user_files_in_the_cache_and_hidden_files_and_names_every_generation(tmp_path):
+    from pipeline import publish
+
+    out = tmp_path / "out"
+    publish_files(out, {"a.bin": b"a"})
+    state = publish.state_dir(out)
+    ours = [state / ".cache" / "export" / ("0123456789abcdef01234567.pt2"), state / ".cache" / "report" / "t.fp32.npz",
+            state / ".cache" / "report" / "tmpab_cd123.npz", state / ".cache" / "tensorrt" / "timing.cache",
+            out / ".manifest.json.ab12cd34.tmp", out / ".report.html.zz99_x0a", state / ".ledger.json.a1b2c3d4.tmp"]
+    mine = [state / ".cache" / "export" / "notes.txt", state / ".cache" / "report" / "data.npz",
+            state / ".cache" / "pip" / "wheel.whl", state / ".cache" / "tensorrt" / "timing.cache.bak",
+            out / ".mine.tmp", out / ".manifest.json.mine.tmp", state / "mine.txt"]
+    unknown_gen = state / ".generations" / "20240101-000000-1-abcdef"
+    for path in ours + mine + [unknown_gen / "keep.bin"]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    os.symlink("/etc/hostname", state / ".cache" / "export" / "fedcba9876543210fedcba98.pt2")  # named like ours
+    mine.append(state / ".cache" / "export" / "fedcba9876543210fedcba98.pt2")
+    hidden = [out.resolve() / p.name for p in mine if p.parent == out]  # where they were once OUT is gone
+    code, stdout, err = invoke("clean", "--out", str(out))
+    assert code == 0, stdout + err
+    kept = [line for line in stdout.splitlines() if line.startswith("kept ")]
+    named = [p.parent if p.parent.name == "pip" else p for p in mine if p.parent != out] + hidden + [unknown_gen]
+    for path in named:  # a cache folder of a kind the tool does not write is named whole
+        assert os.path.lexists(path), path
+        assert [line for line in kept if line.startswith(f"kept {path} ")], (path, stdout)
+    assert not [p for p in ours if os.path.lexists(p)], stdout
+    assert len(kept) == len(mine) + 1, stdout  # each named once, nothing else
+
+
+# ------------------------------------------------------------------ issue 35.8: verify names what it did not publish
+
+
+def _plant(base: Path, what: str) -> None:
+    import socket
+
+    if what == "a script":
+        (base / "run.sh").write_text("#!/bin/sh\nrm -rf ~\n")
+        os.chmod(base / "run.sh", 0o755)
+    elif what == "a link":
+        os.symlink("/etc", base / "etc")
+    elif what == "a FIFO":
+        os.mkfifo(base / "pipe")
+    elif what == "a socket":
+        here = os.getcwd()
+        os.chdir(base)  # a socket's path is limited to 108 bytes: bind it by its short name
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind("sock")
+        finally:
+            os.chdir(here)
+    elif what == "a folder holding a model":
+        (base / "models").mkdir()
+        (base / "models" / "model.onnx").write_bytes(b"not ours")
+    elif what == "a FIFO in the cache":
+        (base / ".cache" / "export").mkdir(parents=True)
+        os.mkfifo(base / ".cache" / "export" / "pipe")
+    elif what == "a FIFO deep in a target":
+        os.mkfifo(base / "t" / "sub" / "pipe")
+
+
+@pytest.mark.parametrize("what,code,line", [
+    ("a script", 0, "EXTRA run.sh"), ("a link", 3, "LINK etc -> /etc"), ("a FIFO", 3, "UNLISTED pipe (a FIFO"),
+    ("a socket", 3, "UNLISTED sock (a socket"), ("a folder holding a model", 3, "UNLISTED models/ ("),
+    ("a FIFO in the cache", 3, "UNLISTED .cache/export/pipe (a FIFO"),
+    ("a FIFO deep in a target", 3, "UNLISTED t/sub/pipe (a FIFO")])
+def test_verify_names_every_entry_it_did_not_publish(what, code, line, tmp_path):
+    out = tmp_path / "out"
+    publish_files(out, {"a.bin": b"a", "sub/b.bin": b"b"})
+    _plant(out.resolve(), what)
+    with no_hang():
+        got, stdout, err = invoke("verify", "--out", str(out))
+    assert got == code and any(s.startswith(line) for s in stdout.splitlines()), stdout + err
+    last = stdout.strip().splitlines()[-1]
+    assert last == (f"verify: 1 problem in {out}" if code else
+                    f"verify: OK, 2 files of 1 target(s) match the manifest in {out}; 1 file there not published "
+                    "by arrcoc-edge (EXTRA above, not checked)"), stdout
+
+
+def test_verify_fails_on_a_target_folder_whose_manifest_entry_was_deleted(tmp_path):
+    from test_escapes import entry_for, manifest_for
+
+    out = tmp_path / "out"
+    publish_files(out, {"a.bin": b"a"}, name="t")
+    real = out.resolve()
+    (real / "web").mkdir()
+    for i in range(21):
+        (real / "web" / f"f{i}.js").write_text(str(i))
+    (real / "manifest.json").write_text(json.dumps(manifest_for({"t": entry_for("t", real / "t")})))
+    code, stdout, err = invoke("verify", "--out", str(out))
+    assert code == 3 and "UNLISTED web/ (a folder the manifest does not list: 21 files in it not checked)" in stdout, stdout
+    assert stdout.strip().splitlines()[-1] == f"verify: 1 problem in {out}"

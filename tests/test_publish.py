@@ -128,3 +128,21 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
     assert out.is_symlink() and publish.is_output_folder(out)
     assert snapshot(out) == before
     assert_consistent(out)
+
+
+def test_a_renamed_output_folder_keeps_its_release_through_a_real_build(previous):
+    """Issue 35, finding 1, as reported: `mv OUT OUT-v1`, then `invoke build --out OUT`. The
+    release stays whole, the build says so once, and `invoke verify --out OUT-v1` passes there."""
+    from pipeline import publish
+
+    with publish.build_lock(previous):
+        publish.recover(previous, publish.read_manifest(previous), log=lambda m: None)  # OUT is the link now
+    release = previous.rename(previous.parent / "out-v1")
+    before = snapshot(release)
+    proc = run_cli("build", "--target", "onnx", "--out", str(previous))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("note: kept generation") == 1 and "out-v1 links to it" in proc.stdout, proc.stdout
+    assert snapshot(release) == before and len(generations(previous)) == 2
+    proc = run_cli("verify", "--out", str(release))
+    assert proc.returncode == 0 and f"match the manifest in {release}" in proc.stdout, proc.stdout + proc.stderr
+    assert_consistent(previous)
