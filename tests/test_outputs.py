@@ -1,0 +1,188 @@
+"""Every task that writes checks its outputs against its own inputs and every published or state
+folder by file-system identity (pipeline.outputs_guard), not by spelling: bind mounts, hard links,
+links, `..`, doubled slashes. A refused output writes nothing, not even the state's build.log.
+(issue 35, findings 4, 6 and 11)
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_escapes import assert_one_line, publish_files, tree
+
+
+@contextlib.contextmanager
+def bind_mounted(source: Path, where: Path):
+    """`source` also reachable at `where` through a real bind mount (root only), unmounted after."""
+    where.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "--bind", str(source), str(where)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"no bind mounts here ({proc.stderr.strip()})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def published_out(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    publish_files(out, {"model.bin": b"model bytes"})
+    return out
+
+
+def photo(tmp_path: Path) -> Path:
+    from PIL import Image
+
+    path = tmp_path / "p.png"
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(path)
+    return path
+
+
+def cli_call(fn, *args) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = fn(*args)
+    return code, err.getvalue()
+
+
+def generation(out: Path) -> Path:
+    from pipeline import publish
+
+    return publish.current_generation(out)
+
+
+# ------------------------------------------------------------------ predict (finding 6)
+
+
+def _aliases(how: str, out: Path, tmp_path: Path, stack: contextlib.ExitStack, suffix: str = ".json") -> str:
+    """A spelling of a file inside OUT's publish or state that no path comparison sees."""
+    from pipeline import publish
+
+    if how == "bind-generation":
+        return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "manifest.json")
+    if how == "bind-generation-spelled":  # a doubled slash, a '..' and a trailing dot through the mount
+        mnt = stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt"))
+        return f"{tmp_path}//mnt/t/.././/manifest.json"
+    if how == "bind-state":
+        return str(stack.enter_context(bind_mounted(publish.state_dir(out), tmp_path / "mnt")) / "ledger.json")
+    if how == "bind-target-folder":
+        return str(stack.enter_context(bind_mounted(generation(out) / "t", tmp_path / "mnt")) / "model.bin")
+    if how == "hard-link":
+        os.link(generation(out) / "manifest.json", tmp_path / f"hard{suffix}")
+        return str(tmp_path / f"hard{suffix}")
+    if how == "symlink":
+        os.symlink(out / "manifest.json", tmp_path / f"soft{suffix}")
+        return str(tmp_path / f"soft{suffix}")
+    raise AssertionError(how)
+
+
+ALIASES = ["bind-generation", "bind-generation-spelled", "bind-state", "bind-target-folder", "hard-link", "symlink"]
+
+
+@pytest.mark.parametrize("option", ["--json", "--heatmap"])
+@pytest.mark.parametrize("how", ALIASES)
+def test_predict_never_writes_into_a_publish_however_it_is_reached(how, option, tmp_path):
+    from pipeline import cli
+
+    out = published_out(tmp_path)
+    image = photo(tmp_path)
+    before = tree(generation(out).parent.parent)
+    with contextlib.ExitStack() as stack:
+        target = _aliases(how, out, tmp_path, stack, ".json" if option == "--json" else ".png")
+        if option == "--heatmap":
+            target = target.rsplit(".", 1)[0] + ".png"
+        args = dict(image=str(image), query="where is the cat?", query_embedding=None, out=str(out), runtime=None, json_path=None,
+                    heatmap=None)
+        args["json_path" if option == "--json" else "heatmap"] = target
+        code, err = cli_call(cli.predict, *args.values())
+        line = assert_one_line(code, err)
+        assert "inside the output folder" in line, line
+    assert tree(generation(out).parent.parent) == before
+
+
+@pytest.mark.parametrize("how", ["bind-generation", "bind-target-folder"])
+def test_predict_never_writes_into_another_publish_mounted_elsewhere(how, tmp_path):
+    """The publish written into is not the one predict reads: its generation still shows what it
+    is (it holds this tool's manifest) wherever it is mounted."""
+    from pipeline import cli
+
+    other = published_out(tmp_path / "other")
+    read = published_out(tmp_path / "read")
+    before = tree(generation(other).parent.parent)
+    with contextlib.ExitStack() as stack:
+        target = _aliases(how, other, tmp_path, stack).replace("model.bin", "x.json")
+        code, err = cli_call(cli.predict, str(photo(tmp_path)), "where is the cat?", None, str(read), None, target, None)
+        assert "inside the output folder" in assert_one_line(code, err)
+    assert tree(generation(other).parent.parent) == before
+
+
+# ------------------------------------------------------------------ train --out (finding 4)
+
+
+@pytest.fixture
+def starting_checkpoint(tmp_path, monkeypatch) -> Path:
+    """train's starting checkpoint, a private copy (a regression overwrites nothing shipped)."""
+    import shutil
+
+    from pipeline import train
+
+    copy = tmp_path / "ckpts" / "start.safetensors"
+    copy.parent.mkdir()
+    shutil.copy(train.UNTRAINED_CHECKPOINT, copy)
+    monkeypatch.setattr(train, "UNTRAINED_CHECKPOINT", copy)
+    return copy
+
+
+def _train_out(how: str, start: Path, tmp_path: Path, stack: contextlib.ExitStack) -> str:
+    if how == "start-spelled":  # a '..', a doubled slash and a './'
+        return f"{start.parent}/../{start.parent.name}//./{start.name}"
+    if how == "start-hard-link":
+        os.link(start, tmp_path / "hard.safetensors")
+        return str(tmp_path / "hard.safetensors")
+    if how == "start-symlink":
+        os.symlink(start, tmp_path / "soft.safetensors")
+        return str(tmp_path / "soft.safetensors")
+    if how == "start-proc-fd":
+        fd = os.open(start.parent, os.O_RDONLY)
+        stack.callback(os.close, fd)
+        return f"/proc/self/fd/{fd}/{start.name}"
+    if how == "start-bind-mounted":
+        return str(stack.enter_context(bind_mounted(start.parent, tmp_path / "mnt")) / start.name)
+    out = published_out(tmp_path)
+    if how == "published-manifest":
+        return str(out / "manifest.json")
+    if how == "published-generation-bind-mounted":
+        return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "manifest.json")
+    if how == "state":
+        from pipeline import publish
+
+        return str(stack.enter_context(bind_mounted(publish.state_dir(out), tmp_path / "mnt")) / "ledger.json")
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["start-spelled", "start-hard-link", "start-symlink", "start-proc-fd",
+                                 "start-bind-mounted", "published-manifest", "published-generation-bind-mounted",
+                                 "state"])
+def test_train_out_is_never_its_input_nor_inside_a_publish(how, starting_checkpoint, tmp_path):
+    """Refused at once (one line, exit 2), before training: the starting checkpoint and every
+    published file stay as they were. (On 43f3c5d: trained, replaced the file, exit 0.)"""
+    import time
+
+    from pipeline import cli
+
+    before = tree(tmp_path)
+    with contextlib.ExitStack() as stack:
+        out = _train_out(how, starting_checkpoint, tmp_path, stack)
+        before = tree(tmp_path)
+        started = time.monotonic()
+        code, err = cli_call(cli.train, out, "1", None)
+        line = assert_one_line(code, err)
+        assert time.monotonic() - started < 60, "refused only after training"
+        assert ("starting checkpoint" if how.startswith("start") else "inside the output folder") in line, line
+        after = tree(tmp_path)
+    assert after == before
