@@ -427,8 +427,9 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
-        from .train import main
+        from .train import DEFAULT_OUT as TRAINED, check_out, main
 
-        return main(str(path) if path else None, n_steps, n_seed)
+        check_out(path or TRAINED, roots=(DEFAULT_OUT,))  # before minutes of training, not after
+        return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
 
     return guarded(run, verbose, "train")
