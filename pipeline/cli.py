@@ -159,8 +159,13 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     from .console import LOG_NAME, build_console
     from .publish import state_dir
 
+    from .build import build_inputs
+    from .outputs_guard import check_out_folder
+
     root = opts.out_folder(out, DEFAULT_OUT)
     ckpt = opts.checkpoint_path(checkpoint, DEFAULT_CHECKPOINT)
+    # a refused --out writes nothing: checked before the console creates the state and its build.log
+    check_out_folder(root, build_inputs(ckpt, options))
     with build_console(state_dir(root), verbose) as console:
         result = run_build(
             requested,

@@ -337,7 +337,11 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     """Check every part, then publish the merged folder in one switch. Returns the manifest.
     The checkpoint only draws the report's pictures: --checkpoint, else the path the parts
     recorded, else `default_checkpoint`, whichever has the parts' sha256."""
+    from .outputs_guard import check_out_folder
+
     check_out_apart(out, part_paths)
+    # by identity too, and before anything is written: a refused --out leaves no state behind
+    check_out_folder(out, [*part_paths, *([checkpoint] if checkpoint else [])])
     parts = read_parts(part_paths)
     try:
         check_same_build(parts)

@@ -41,14 +41,15 @@ def input_named(path: Path, inputs: list[Path]) -> Path | None:
     return next((given for given in inputs if mine is not None and identity(given) == mine), None)
 
 
-def ancestors(path: Path) -> list[Path]:
+def ancestors(path: Path, follow: bool = True) -> list[Path]:
     """The folders `path` would be written into, nearest first: as spelled (made absolute, `..`
     taken as written), with the links of its folders followed, with a link at `path` itself
-    followed too, and, past a bind mount, the folders its source lies in (a mount's `..` is the
-    mount point's parent, never the source's), without repeats."""
+    followed too (unless not `follow`: an output folder that is the tool's own link), and, past a
+    bind mount, the folders its source lies in (a mount's `..` is the mount point's parent, never
+    the source's), without repeats."""
     spelled = Path(os.path.abspath(path))
     todo = [*spelled.parents, *Path(os.path.realpath(spelled.parent)).joinpath(spelled.name).parents,
-            *Path(os.path.realpath(spelled)).parents]
+            *(Path(os.path.realpath(spelled)).parents if follow else ())]
     found: list[Path] = []
     table = mounts()
     while todo and len(found) < MAX_ANCESTORS:
@@ -151,3 +152,26 @@ def _is_manifest(path: Path) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and isinstance(data.get("checkpoint"), dict) and isinstance(data.get("targets"), dict)
+
+
+def check_out_folder(out: Path, inputs: list[Path]) -> None:
+    """The output folder of build or merge (as publish.output_path resolved it), refused with one
+    line before anything is written (no state folder, no build.log): it may not lie inside a
+    publish or a state, be a bind mount of one, be or lie inside an input folder, or hold an
+    input (`inputs`: the checkpoint, calibration images, the parts); then publish.check_takeover."""
+    from .errors import OutputDirError
+
+    source = mount_source(out, mounts())
+    inside = next((marked(f) for f in ([source, *source.parents] if source else []) if marked(f)), None)
+    inside = inside or next((marked(f) for f in ancestors(out, follow=False) if f.is_dir() and marked(f)), None)
+    if inside is not None:
+        raise OutputDirError(f"--out {out} lies inside the output folder {inside} (or its state)",
+                             "pass a new folder with --out, outside every published folder")
+    mine = {identity(p) for p in (out, publish.state_dir(out))} - {None}
+    chain = {identity(f) for f in [out, *ancestors(out, follow=False)]} - {None}
+    for given in inputs:
+        theirs = {identity(given)} | {identity(f) for f in ancestors(given)}
+        if identity(given) in chain or mine & theirs:
+            raise OutputDirError(f"--out {out} and the input {given} overlap (one is, or holds, the other)",
+                                 "pass a new folder with --out, outside every input")
+    publish.check_takeover(out)

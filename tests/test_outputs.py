@@ -29,6 +29,14 @@ def bind_mounted(source: Path, where: Path):
         subprocess.run(["umount", str(where)], check=True)
 
 
+def entries(root: Path) -> dict[str, str]:
+    """tree(root), with every folder too (an empty state folder left behind counts)."""
+    found = tree(root)
+    for folder, dirs, _ in os.walk(root):
+        found.update({os.path.relpath(os.path.join(folder, d), root) + "/": "folder" for d in dirs})
+    return found
+
+
 def published_out(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     publish_files(out, {"model.bin": b"model bytes"})
@@ -186,3 +194,64 @@ def test_train_out_is_never_its_input_nor_inside_a_publish(how, starting_checkpo
         assert ("starting checkpoint" if how.startswith("start") else "inside the output folder") in line, line
         after = tree(tmp_path)
     assert after == before
+
+
+# ------------------------------------------------------------------ a refused --out writes nothing (finding 11)
+
+
+def _refused_out(how: str, tmp_path: Path, stack: contextlib.ExitStack) -> tuple[str, dict]:
+    """(--out, extra options) that build and merge must refuse."""
+    if how == "user-files":
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "notes.txt").write_text("mine")
+        return str(tmp_path / "mine"), {}
+    if how == "a-file":
+        (tmp_path / "file").write_text("mine")
+        return str(tmp_path / "file") + "/", {}
+    if how == "inside-bind-mounted-generation":
+        out = published_out(tmp_path / "pub")
+        return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "new"), {}
+    if how == "bind-mounted-generation":
+        out = published_out(tmp_path / "pub")
+        return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt"))), {}
+    if how == "inside-an-input-folder":
+        (tmp_path / "cal").mkdir()
+        return f"{tmp_path}//cal/../cal/new", {"calibration_dir": str(tmp_path / "cal")}
+    raise AssertionError(how)
+
+
+REFUSED = ["user-files", "a-file", "inside-bind-mounted-generation", "bind-mounted-generation", "inside-an-input-folder"]
+
+
+@pytest.mark.parametrize("how", REFUSED)
+def test_a_refused_build_out_writes_nothing(how, tmp_path):
+    """No state folder and no build.log beside a refused --out (on 43f3c5d the console made
+    `.NAME.arrcoc-edge/build.log` before the check, and clean then would not remove it)."""
+    from pipeline import cli
+
+    with contextlib.ExitStack() as stack:
+        out, options = _refused_out(how, tmp_path, stack)
+        before = entries(tmp_path)
+        code, err = cli_call(cli.build, "onnx", None, out, False, options)
+        assert_one_line(code, err)
+        assert entries(tmp_path) == before
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".arrcoc-edge") and "pub" not in p.parts]
+
+
+@pytest.mark.parametrize("how", ["user-files", "a-file", "inside-bind-mounted-generation", "bind-mounted-generation",
+                                 "bind-mounted-part"])
+def test_a_refused_merge_out_writes_nothing(how, tmp_path):
+    from test_escapes import part
+
+    from pipeline import cli
+
+    a = part(tmp_path / "partA")
+    with contextlib.ExitStack() as stack:
+        if how == "bind-mounted-part":  # the part itself, reached through a mount
+            out = str(stack.enter_context(bind_mounted(a, tmp_path / "mnt")))
+        else:
+            out = _refused_out(how, tmp_path, stack)[0]
+        before = entries(tmp_path)
+        code, err = cli_call(cli.merge, str(a), out)
+        assert_one_line(code, err)
+        assert entries(tmp_path) == before
