@@ -84,7 +84,7 @@ def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
 def _runtimes_help() -> str:
     from pipeline.predict import PREFERRED
 
-    return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's first variant), or target:variant "
+    return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's primary variant, as its manifest declares it), or target:variant "
             "(e.g. executorch:int8, onnx-int8:fp32-ort); default: the fastest published in --out "
             "(by its bench.json when there is one)")
 

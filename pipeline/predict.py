@@ -51,7 +51,10 @@ class Prediction:
 
 def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
     """Runtime name -> (target, variant) for every published variant this process can run.
-    A target's name means its first (primary) variant; `target:variant` names any other."""
+    A target's name means its primary variant as the manifest declares it (never the first by
+    name: `onnx-int8` is its INT8 model, not fp32-ort); `target:variant` names any variant."""
+    from .manifest import primary_variant
+
     names = {}
     for name, entry in (manifest.get("targets") or {}).items():
         target = targets.get(name)
@@ -60,10 +63,11 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
         if type(target).published_runner is Target.published_runner:
             continue  # the target offers no runtime here (CoreML off macOS, TensorRT without a GPU)
         variants = [v for v, e in (entry.get("variants") or {}).items() if e.get("status") == "verified"]
-        for i, variant in enumerate(variants):
+        for variant in variants:
             names[f"{name}:{variant}"] = (name, variant)
-            if i == 0:
-                names[name] = (name, variant)
+        primary = primary_variant(entry)
+        if primary in variants:
+            names[name] = (name, primary)
     return names
 
 
