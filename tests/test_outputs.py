@@ -255,3 +255,46 @@ def test_a_refused_merge_out_writes_nothing(how, tmp_path):
         code, err = cli_call(cli.merge, str(a), out)
         assert_one_line(code, err)
         assert entries(tmp_path) == before
+
+
+# ------------------------------------------------------------------ Ctrl-C in the first seconds (finding 11)
+
+
+EARLY = [("tasks.py", 0.0), ("tasks.py", 0.2), ("start", 0.5), ("start", 1.0), ("start", 1.5), ("start", 2.0)]
+
+
+# predict on a folder with nothing runnable ends about 3 s after its start: 3.0 would interrupt its exit
+@pytest.mark.parametrize("task,since,delay", [("build", *d) for d in [*EARLY, ("start", 3.0)]] +
+                         [("predict", *d) for d in EARLY])
+def test_an_early_ctrl_c_is_exit_130_and_one_line(task, since, delay, tmp_path):
+    """SIGINT while Invoke loads tasks.py and the task imports its modules (seconds: --runtime's
+    help imports torch), before pipeline.cli.guarded sets its handlers: on 43f3c5d Invoke's own
+    `except KeyboardInterrupt` made it exit 1 with no output. `since`: the delay counts from the
+    process's start, or from the moment tasks.py starts running (tasks.LOADING_ENV)."""
+    import signal
+    import sys
+    import time
+
+    from conftest import REPO
+
+    argv = {"build": ["build", "--target", "onnx", "--out", str(tmp_path / "b")],
+            "predict": ["predict", "--image", str(photo(tmp_path)), "--query", "cat",
+                        "--out", str(published_out(tmp_path))]}[task]
+    loading = tmp_path / "tasks-loading"
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "ARRCOC_TEST_LOADING_FILE": str(loading)})
+    deadline = time.monotonic() + 60
+    while since == "tasks.py" and not loading.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "tasks.py never started"
+        time.sleep(0.005)
+    time.sleep(delay)
+    if proc.poll() is not None:
+        proc.communicate()
+        pytest.skip(f"{task} ended within {delay} s on this host: nothing to interrupt")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (proc.returncode, err)
+    assert "Traceback" not in err and " -> fix: " in lines[0]
+    assert not (tmp_path / "b").exists()
