@@ -6,9 +6,10 @@ and only the inode says what would be overwritten. Every check here only reads: 
 leaves nothing behind (no state folder, no log).
 
 A file or folder is protected when it is (by identity) one of a known output folder (the folder
-itself, the generation its link names, anything in its `.NAME.arrcoc-edge` state), or, for a folder,
-when it shows what it is wherever it is mounted: an output folder (its state's ledger beside it), a state folder (it holds
-the ledger), or a published folder (it holds this tool's manifest).
+itself, the generation its link names, anything in its `.NAME.arrcoc-edge` state), or, for a
+folder, when it shows what it is wherever it is mounted: an output folder (its state's ledger
+beside it), a state folder (it holds the ledger and the lock or generations), or a published
+folder (it holds this tool's manifest).
 """
 from __future__ import annotations
 
@@ -114,13 +115,16 @@ def known_identities(roots: list[Path]) -> dict[tuple[int, int], Path]:
 
 def marked(folder: Path) -> Path | None:
     """The output folder `folder` belongs to, told by what it holds or what lies beside it: an
-    output folder (its ledger beside it), a state folder (named so, or holding a ledger), or a
-    published folder (holding this tool's manifest: a generation, however mounted, or a copy)."""
+    output folder (its ledger beside it), a state folder (named so, or holding a ledger and its
+    lock or generations), or a published folder (holding this tool's manifest: a generation,
+    however mounted, or a copy)."""
     name = folder.name
     if name.startswith(".") and name.endswith(publish.STATE_SUFFIX) and len(name) > len(publish.STATE_SUFFIX) + 1:
         return folder.parent / name[1:-len(publish.STATE_SUFFIX)]
-    if _regular(publish.state_dir(folder) / publish.LEDGER) or _regular(folder / publish.LEDGER):
+    if _regular(publish.state_dir(folder) / publish.LEDGER):
         return folder
+    if _regular(folder / publish.LEDGER) and any(os.path.lexists(folder / n) for n in (publish.LOCK, publish.GENERATIONS)):
+        return folder  # a state folder (a user's own ledger.json alone is not one)
     if _regular(folder / publish.MANIFEST) and _is_manifest(folder / publish.MANIFEST):
         return folder
     return None
