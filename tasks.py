@@ -6,11 +6,45 @@ traceback on a value like "abc". Every task ends a bad input with one line and e
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
-from invoke import Exit, Task, task
 
-from pipeline.errors import BuildInterrupted
+def _early_interrupt(signum, frame) -> None:
+    """Ctrl-C (or SIGTERM) before a task's own handlers are in place (pipeline.cli.guarded): while
+    this file imports (--runtime's help loads pipeline.predict, numpy, torch: seconds on a loaded
+    host) or the task imports its modules. Invoke would answer the KeyboardInterrupt with exit 1
+    and no output; nothing has been written yet, so say guarded's one line and leave at once."""
+    names = ("build", "verify", "merge", "predict", "serve", "clean", "bench", "train", "test")
+    name = next((a for a in sys.argv[1:] if a in names), None)
+    why = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+    again = f"run `invoke {name}` again" if name else "run the command again"
+    line = f"interrupted: {name or 'invoke'} stopped ({why}) -> fix: nothing was changed by the interrupted step: {again}\n"
+    os.write(2, line.encode())
+    os._exit(130)
+
+
+def _run_by_invoke() -> bool:
+    """This file was loaded by the `invoke` command (its __main__ holds Invoke's Program), not
+    imported by a test or a script, whose own Ctrl-C handling stays as it was."""
+    program = getattr(sys.modules.get("__main__"), "program", None)
+    return type(program).__module__.startswith("invoke.")
+
+
+# Tests: the file this names is created once the handlers above are in place (pipeline.cli.READY_ENV
+# marks the later moment when a task's own are). Before this file runs, Python and Invoke import
+# themselves (about 0.2 s): a Ctrl-C there is Python's and Invoke's own, no project code runs yet.
+LOADING_ENV = "ARRCOC_TEST_LOADING_FILE"
+
+if _run_by_invoke():
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_sig, _early_interrupt)  # first: before the imports below take their seconds
+    if os.environ.get(LOADING_ENV):
+        open(os.environ[LOADING_ENV], "a").close()
+
+from invoke import Exit, Task, task  # noqa: E402
+
+from pipeline.errors import BuildInterrupted  # noqa: E402
 
 INTERRUPTED = BuildInterrupted.exit_code  # 130, as a shell reports a process stopped by Ctrl-C
 
@@ -84,7 +118,7 @@ def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
 def _runtimes_help() -> str:
     from pipeline.predict import PREFERRED
 
-    return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's first variant), or target:variant "
+    return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's primary variant, as its manifest declares it), or target:variant "
             "(e.g. executorch:int8, onnx-int8:fp32-ort); default: the fastest published in --out "
             "(by its bench.json when there is one)")
 

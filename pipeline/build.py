@@ -143,6 +143,11 @@ def run_stage(target: Target, ctx: BuildContext) -> StageResult:
     return result
 
 
+def build_inputs(checkpoint: Path, options: dict) -> list[Path]:
+    """What a build reads from the user: its output folder may be none of them nor hold one."""
+    return [checkpoint, *(options[k] for k in ("calibration_dir", "base_model") if options.get(k) is not None)]
+
+
 def run_build(
     targets: list[Target],
     registry: dict[str, Target],
@@ -157,7 +162,11 @@ def run_build(
     SIGINT and SIGTERM go through publish.record_interrupt, so an interrupt whose exception a
     library swallowed still stops the build at the next stage boundary, and always before the
     switch (publish.check_interrupted)."""
+    from .outputs_guard import check_out_folder
+
     started = time.monotonic()
+    options = options or {}
+    check_out_folder(out, build_inputs(checkpoint, options))
     publish.prepare_out_dir(out)
     handlers = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     published_before = None

@@ -159,8 +159,13 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     from .console import LOG_NAME, build_console
     from .publish import state_dir
 
+    from .build import build_inputs
+    from .outputs_guard import check_out_folder
+
     root = opts.out_folder(out, DEFAULT_OUT)
     ckpt = opts.checkpoint_path(checkpoint, DEFAULT_CHECKPOINT)
+    # a refused --out writes nothing: checked before the console creates the state and its build.log
+    check_out_folder(root, build_inputs(ckpt, options))
     with build_console(state_dir(root), verbose) as console:
         result = run_build(
             requested,
@@ -513,8 +518,9 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
-        from .train import main
+        from .train import DEFAULT_OUT as TRAINED, check_out, main
 
-        return main(str(path) if path else None, n_steps, n_seed)
+        check_out(path or TRAINED, roots=(DEFAULT_OUT,))  # before minutes of training, not after
+        return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
 
     return guarded(run, verbose, "train")

@@ -7,6 +7,7 @@ its previously published entry; only a target that never published gets a failed
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import time
 from pathlib import Path
@@ -89,6 +90,8 @@ def target_entry(stage, ckpt, program, by_name: dict) -> dict:
             "total_bytes": sum(p.stat().st_size for p in files),
         },
         "variants": {r.variant.name: _variant_entry(r, staging, name) for r in stage.variants},
+        # the variant the target's name stands for (`--runtime onnx-int8`): JSON keeps no order
+        "primary_variant": primary.variant.name if primary else None,
         "provenance": {
             "checkpoint_sha256": ckpt.sha256,
             "model": model_settings(ckpt.config),
@@ -108,6 +111,26 @@ def target_entry(stage, ckpt, program, by_name: dict) -> dict:
     if stage.target.notes:
         entry["notes"] = stage.target.notes
     return entry
+
+
+def primary_variant(entry: dict) -> str | None:
+    """The variant a target entry declares primary: its `primary_variant`, or (in a manifest written
+    before that key) the one whose parity is the entry's own (target_entry copies the primary's).
+    Never the first variant: the manifest's keys are sorted, so that is the first by name."""
+    variants = entry.get("variants") if isinstance(entry.get("variants"), dict) else {}
+    declared = entry.get("primary_variant")
+    if isinstance(declared, str):
+        return declared if declared in variants else None
+    same = [name for name, v in variants.items() if isinstance(v, dict) and entry.get("parity") is not None
+            and v.get("parity") == entry.get("parity")]
+    return same[0] if len(same) == 1 else None
+
+
+def _size(path) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except (OSError, TypeError, ValueError):
+        return None
 
 
 def _primary_sha(stage) -> str | None:
@@ -149,6 +172,7 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
         "checkpoint": {
             "path": str(ckpt.path),
             "sha256": ckpt.sha256,
+            "bytes": _size(ckpt.path),  # merge compares a recorded path's size before hashing it
             "layout": ckpt.layout,
             "config": ckpt.config.__dict__,
             "model": model_settings(ckpt.config),

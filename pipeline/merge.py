@@ -24,6 +24,7 @@ import hashlib
 import os
 import platform
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,23 @@ from .checkpoint import sha256_file
 from .errors import BuildInterrupted, InputError, MergeError
 
 KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best first
+
+# What merge reads from a part, or from a path a part records, has a limit checked on its size
+# (st_size of the opened file) before a byte of it is read, hashed or copied: a part is another
+# host's upload, and a sparse file of terabytes costs nothing to make but hours to hash.
+# The saved held-out outputs of one variant: about 100 KB at the shipped G=14; room for G=64.
+MAX_SAVED_OUTPUTS_BYTES = 256 * 1024 * 1024
+# The exported program (.pt2): the shipped model's is under 1 MB (the query encoders' token tables
+# are targets of their own, not in it); room for large grids and widths.
+MAX_PROGRAM_BYTES = 2 * 1024 * 1024 * 1024
+# A checkpoint found at a recorded path, hashed to match the parts' sha256: a reference .pt with
+# its frozen Qwen3-VL-2B base in float32 is about 9 GB (the loader ignores those keys).
+MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024 * 1024
+MAX_PATH_CHARS = 4096  # a recorded path: Linux's PATH_MAX
+
+
+class PartTooLarge(MergeError):
+    """A file a part names is over its kind's limit: refused before it is read (never a note)."""
 
 
 @dataclass
@@ -91,6 +109,8 @@ def check_part(data: dict, path: Path) -> None:
 
     ckpt = typed(data.get("checkpoint"), dict, "checkpoint")
     typed(ckpt.get("sha256"), str, "checkpoint.sha256")
+    if len(str(ckpt.get("path", ""))) > MAX_PATH_CHARS:
+        bad(f"checkpoint.path is {len(str(ckpt['path']))} characters, more than a path has ({MAX_PATH_CHARS})")
     typed(ckpt.get("model", {}), dict, "checkpoint.model")
     for key in ("toolchain", "host_info", "golden"):
         typed(data.get(key, {}), dict, key)
@@ -240,10 +260,12 @@ def merged_manifest(parts: list[Part], chosen: dict) -> dict:
     }
 
 
-def copy_checked(base: Path, rel: str, dest: Path, size: int | None, sha256: str, label: str) -> None:
+def copy_checked(base: Path, rel: str, dest: Path, size: int | None, sha256: str, label: str,
+                 limit: int | None = None) -> None:
     """Copy base/rel to dest: a regular file reached without following a link (never a FIFO, a
-    device or a link out of the part), its size checked before a byte is copied, its sha256
-    while copying; a file that differs is removed again and refused."""
+    device or a link out of the part), its size checked (against the manifest's, and `limit`)
+    before a byte is copied, its sha256 while copying; a file that differs is removed again and
+    refused."""
     try:
         fd, actual = publish.open_regular(base, rel)
     except OSError as exc:
@@ -251,6 +273,8 @@ def copy_checked(base: Path, rel: str, dest: Path, size: int | None, sha256: str
         raise MergeError(f"{base / rel} is listed in {label}'s manifest but is {why}",
                          f"run `invoke verify --out {label}` and rebuild that part") from exc
     with os.fdopen(fd, "rb") as src:
+        if limit is not None and actual > limit:
+            raise _too_large(base / rel, actual, limit, label)
         if size is not None and actual != size:
             raise MergeError(f"{base / rel} has {actual} bytes, {label}'s manifest says {size}",
                              f"run `invoke verify --out {label}` and rebuild that part")
@@ -265,6 +289,11 @@ def copy_checked(base: Path, rel: str, dest: Path, size: int | None, sha256: str
         dest.unlink()
         raise MergeError(f"{base / rel} differs from {label}'s manifest (bytes or sha256)",
                          f"run `invoke verify --out {label}` and rebuild that part")
+
+
+def _too_large(path: Path, actual: int, limit: int, label: str) -> PartTooLarge:
+    return PartTooLarge(f"{path} is {actual} bytes, more than the {limit} merge reads for that kind of file",
+                        f"rebuild that part (`invoke build --out {label}`), or leave it out of --parts")
 
 
 def stage(chosen: dict, run_dir: Path) -> dict[str, Path]:
@@ -290,7 +319,9 @@ def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[s
     dest = publish.cache_root(out).parent / rel if rel else None
     if rel and rel.startswith(publish.CACHE + "/") and not dest.exists():
         try:
-            copy_checked(parts[0].path, rel, dest, None, program.get("sha256"), parts[0].label)
+            copy_checked(parts[0].path, rel, dest, None, program.get("sha256"), parts[0].label, MAX_PROGRAM_BYTES)
+        except PartTooLarge:
+            raise
         except MergeError as exc:
             log(f"note: the exported program was not copied ({exc.problem})")
     missing = []
@@ -303,7 +334,9 @@ def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[s
                 missing.append(f"{name} {variant} ({part.label})")
                 continue
             with os.fdopen(fd, "rb") as f:
-                data = f.read()
+                if os.fstat(f.fileno()).st_size > MAX_SAVED_OUTPUTS_BYTES:
+                    raise _too_large(src, os.fstat(f.fileno()).st_size, MAX_SAVED_OUTPUTS_BYTES, part.label)
+                data = f.read(MAX_SAVED_OUTPUTS_BYTES + 1)
             outputs_dir(out).mkdir(parents=True, exist_ok=True)
             (outputs_dir(out) / src.name).write_bytes(data)
     if missing:
@@ -319,7 +352,7 @@ def heldout_for(manifest: dict, checkpoints: list[Path], explicit: bool, log=pri
     from .golden import build_golden_set
 
     ckpt = manifest["checkpoint"]
-    path = next((p for p in checkpoints if p.is_file() and sha256_file(p) == ckpt.get("sha256")), None)
+    path = next((p for p in checkpoints if _is_checkpoint(p, ckpt)), None)
     if path is None and explicit:
         raise MergeError(f"--checkpoint {checkpoints[0]} is not the checkpoint the parts were built from "
                          f"(sha256 {str(ckpt.get('sha256'))[:12]})", "pass that checkpoint, or leave --checkpoint out")
@@ -332,12 +365,35 @@ def heldout_for(manifest: dict, checkpoints: list[Path], explicit: bool, log=pri
     return build_golden_set(loaded.model, loaded.config).heldout
 
 
+def _is_checkpoint(path: Path, ckpt: dict) -> bool:
+    """`path` is the parts' checkpoint: a regular file of the size the manifest declares (when it
+    does), at most MAX_CHECKPOINT_BYTES, with its sha256; the size is checked before hashing."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):  # missing, a name too long, a NUL
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    declared = ckpt.get("bytes")
+    if isinstance(declared, int) and info.st_size != declared:
+        return False
+    if info.st_size > MAX_CHECKPOINT_BYTES:
+        raise PartTooLarge(f"checkpoint {path} is {info.st_size} bytes, more than the {MAX_CHECKPOINT_BYTES} "
+                           "merge hashes to find the parts' checkpoint",
+                           "pass the parts' checkpoint with --checkpoint (or move that file aside)")
+    return sha256_file(path) == ckpt.get("sha256")
+
+
 def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None, default_checkpoint: Path | None = None,
               log=print) -> dict:
     """Check every part, then publish the merged folder in one switch. Returns the manifest.
     The checkpoint only draws the report's pictures: --checkpoint, else the path the parts
     recorded, else `default_checkpoint`, whichever has the parts' sha256."""
+    from .outputs_guard import check_out_folder
+
     check_out_apart(out, part_paths)
+    # by identity too, and before anything is written: a refused --out leaves no state behind
+    check_out_folder(out, [*part_paths, *([checkpoint] if checkpoint else [])])
     parts = read_parts(part_paths)
     try:
         check_same_build(parts)

@@ -51,7 +51,10 @@ class Prediction:
 
 def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
     """Runtime name -> (target, variant) for every published variant this process can run.
-    A target's name means its first (primary) variant; `target:variant` names any other."""
+    A target's name means its primary variant as the manifest declares it (never the first by
+    name: `onnx-int8` is its INT8 model, not fp32-ort); `target:variant` names any variant."""
+    from .manifest import primary_variant
+
     names = {}
     for name, entry in (manifest.get("targets") or {}).items():
         target = targets.get(name)
@@ -60,10 +63,11 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
         if type(target).published_runner is Target.published_runner:
             continue  # the target offers no runtime here (CoreML off macOS, TensorRT without a GPU)
         variants = [v for v, e in (entry.get("variants") or {}).items() if e.get("status") == "verified"]
-        for i, variant in enumerate(variants):
+        for variant in variants:
             names[f"{name}:{variant}"] = (name, variant)
-            if i == 0:
-                names[name] = (name, variant)
+        primary = primary_variant(entry)
+        if primary in variants:
+            names[name] = (name, primary)
     return names
 
 
@@ -301,8 +305,11 @@ def describe(p: Prediction) -> str:
 
 def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path:
     """--json/--heatmap, checked before the model runs: a new or regular file in an existing,
-    writable folder, never one of the inputs (however named: ./p.jpg, a link, a hard link) and
-    never inside an output folder or its state (the publish is the tool's, replaced only whole)."""
+    writable folder, never one of the inputs and never inside an output folder or its state (the
+    publish is the tool's, replaced only whole), each judged by the file system's identity of
+    files and folders (pipeline.outputs_guard), however they are named or mounted."""
+    from .outputs_guard import folder_holding, input_named
+
     if not str(value).strip():
         raise InputError(f"--{option} is empty", f"leave --{option} out, or name a file to write")
     path = Path(os.path.abspath(value))
@@ -313,44 +320,16 @@ def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path
     if os.path.lexists(path) and not path.is_file():
         raise InputError(f"--{option} {value!r} exists and is not a regular file (a folder or device)",
                          f"pass --{option} with a new file name or a file to replace")
-    for given in inputs:
-        if path.exists() and os.path.samefile(path, given):
-            raise InputError(f"--{option} {value!r} is the input file {given}: it would be overwritten",
-                             f"pass --{option} with another file name")
-    inside = _output_folder_holding(path, root)
+    given = input_named(path, inputs)
+    if given is not None:
+        raise InputError(f"--{option} {value!r} is the input file {given}: it would be overwritten",
+                         f"pass --{option} with another file name")
+    inside = folder_holding(path, [root])
     if inside:
         raise InputError(f"--{option} {value!r} is inside the output folder {inside}",
                          f"pass --{option} with a path outside it (the tool replaces a publish only whole)")
     _probe_folder(option, folder)
     return path
-
-
-def _output_folder_holding(path: Path, root: Path) -> Path | None:
-    """The output folder `path` would be written into, as the user names it, or None. Checked as
-    named (OUT/manifest.json) and resolved (a link into a generation or the state beside OUT)."""
-    from .publish import STATE_SUFFIX
-
-    for p in path.parents:
-        if _is_output(p, root):
-            return p
-    real = Path(os.path.realpath(path.parent)) / path.name
-    for p in real.parents:
-        if _is_output(p, root):
-            return p
-        if p.name.endswith(STATE_SUFFIX) and p.name.startswith("."):  # the state: name its output folder
-            return p.parent / p.name[1:-len(STATE_SUFFIX)]
-    return None
-
-
-def _is_output(folder: Path, root: Path) -> bool:
-    """`folder` is an output folder: the --out given (however it resolves), or one with this tool's
-    state beside it."""
-    from .publish import LEDGER, pinned, state_dir
-
-    mine = {os.path.realpath(root)}
-    with contextlib.suppress(Exception):  # a damaged ledger is for the read to report
-        mine.add(os.path.realpath(pinned(root)))
-    return os.path.realpath(folder) in mine or os.path.lexists(state_dir(folder) / LEDGER)
 
 
 def _probe_folder(option: str, folder: Path) -> None:

@@ -351,22 +351,23 @@ def load_untrained(path: Path = UNTRAINED_CHECKPOINT) -> LoadedCheckpoint:
 
 
 def train(out: Path = DEFAULT_OUT, recipe: Recipe = Recipe(), log=print,
-          untrained_path: Path = UNTRAINED_CHECKPOINT) -> dict:
+          untrained_path: Path | None = None, roots: tuple[Path, ...] = ()) -> dict:
     """Build data, train, score every model on held-out scenes, write the checkpoint.
 
-    Returns {"provenance": what the checkpoint records, "time_s": phase timings}.
+    Returns {"provenance": what the checkpoint records, "time_s": phase timings}. `roots`: output
+    folders `out` may not lie in (check_out).
     """
     # One thread: the ops are small, and on a shared 2-core host a second thread mostly waits.
     # It also fixes the order of float reductions, so a seed always gives the same bytes.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(Path(out), recipe, log, untrained_path)
+        return _train(Path(out), recipe, log, untrained_path or UNTRAINED_CHECKPOINT, roots)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(out: Path, recipe: Recipe, log, untrained_path: Path) -> dict:
+def _train(out: Path, recipe: Recipe, log, untrained_path: Path, roots: tuple[Path, ...] = ()) -> dict:
     clock = {"start": time.perf_counter()}
     untrained = load_untrained(untrained_path)
     cfg = untrained.config
@@ -399,10 +400,29 @@ def _train(out: Path, recipe: Recipe, log, untrained_path: Path) -> dict:
         "pairs_by_kind": {kind: int((kinds == kind).sum()) for kind in QUERY_KINDS if (kinds == kind).any()},
     }
     provenance = _provenance(recipe, train_data, heldout, untrained, metrics, losses)
+    check_out(out, untrained_path, roots)  # again: minutes passed since the command line was checked
     write_checkpoint(model, out, provenance)
     clock["end"] = time.perf_counter()
     log(f"wrote {out}")
     return {"provenance": provenance, "time_s": _phases(clock)}
+
+
+def check_out(out: Path, untrained_path: Path | None = None, roots: tuple[Path, ...] = ()) -> None:
+    """--out may be neither train's input (the starting checkpoint, however named: a link, a hard
+    link, /proc/self/fd/N) nor inside an output folder or its state (a publish is replaced only
+    whole, by build): judged by identity (pipeline.outputs_guard). Checked before training and
+    again right before the write."""
+    from .errors import InputError
+    from .outputs_guard import folder_holding, input_named
+
+    untrained_path = untrained_path or UNTRAINED_CHECKPOINT
+    if input_named(out, [untrained_path]) is not None:
+        raise InputError(f"--out {out} is train's starting checkpoint {untrained_path}: it would be overwritten",
+                         f"pass --out with another file name (the default is {DEFAULT_OUT.name})")
+    inside = folder_holding(out, [*roots])
+    if inside is not None:
+        raise InputError(f"--out {out} is inside the output folder {inside}",
+                         "pass --out with a path outside it (the tool replaces a publish only whole, by `invoke build`)")
 
 
 def write_checkpoint(model: RelevanceModel, out: Path, provenance: dict) -> None:
@@ -413,17 +433,25 @@ def write_checkpoint(model: RelevanceModel, out: Path, provenance: dict) -> None
     compact JSON, padded with spaces to 8 bytes as safetensors does; tensor offsets are
     relative to the end of the header, so the data is untouched.
     """
+    import tempfile
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    save_checkpoint(model, tmp, provenance)
-    raw = tmp.read_bytes()
-    size = struct.unpack("<Q", raw[:8])[0]
-    header = json.dumps(json.loads(raw[8 : 8 + size]), sort_keys=True, separators=(",", ":"),
-                        ensure_ascii=False).encode()
-    header += b" " * (-len(header) % 8)
-    tmp.write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + size :])
-    tmp.chmod(0o644)  # safetensors writes through a private (0600) temporary file
-    os.replace(tmp, out)
+    # a fresh file of our own (never a fixed name another process or a planted link could hold)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        save_checkpoint(model, tmp, provenance)
+        raw = tmp.read_bytes()
+        size = struct.unpack("<Q", raw[:8])[0]
+        header = json.dumps(json.loads(raw[8 : 8 + size]), sort_keys=True, separators=(",", ":"),
+                            ensure_ascii=False).encode()
+        header += b" " * (-len(header) % 8)
+        tmp.write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + size :])
+        tmp.chmod(0o644)  # safetensors writes through a private (0600) temporary file
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _phases(clock: dict) -> dict:
@@ -511,7 +539,8 @@ def summary(metrics: dict) -> str:
     return "\n".join(rows)
 
 
-def main(out: str | None = None, steps: int | None = None, seed: int | None = None) -> int:
+def main(out: str | None = None, steps: int | None = None, seed: int | None = None,
+         roots: tuple[Path, ...] = ()) -> int:
     """`invoke train`: returns the exit code; typed errors print as one line."""
     import sys
 
@@ -519,7 +548,7 @@ def main(out: str | None = None, steps: int | None = None, seed: int | None = No
 
     overrides = {name: int(value) for name, value in (("steps", steps), ("seed", seed)) if value is not None}
     try:
-        result = train(Path(out) if out else DEFAULT_OUT, Recipe(**overrides))
+        result = train(Path(out) if out else DEFAULT_OUT, Recipe(**overrides), roots=roots)
     except ArrcocError as exc:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code

@@ -190,3 +190,49 @@ def test_interrupted_merge_leaves_the_output_as_it_was(parts, merged, tmp_path, 
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(generations(out)) == 1
     assert run_cli("verify", "--out", str(out)).returncode == 0
+
+
+# ------------------------------------------------------------------ limits before reading (issue 35, finding 7)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)  # no blocks on disk: free to make, hours to read or hash
+    return path
+
+
+def _oversized_part(kind: str, tmp_path: Path) -> Path:
+    from test_escapes import part
+
+    def edit(data, root):
+        data["targets"]["t"]["variants"] = {"v": {"status": "verified", "files": ["t/model.bin"]}}
+        if kind == "saved-outputs":  # 64 GB: on 43f3c5d read whole into memory (MemoryError)
+            _sparse(root / ".cache" / "report" / "t.v.npz", 64 << 30)
+        elif kind == "exported-program":  # 3 GB: on 43f3c5d copied into OUT's cache, then refused
+            _sparse(root / ".cache" / "export" / "p.pt2", 3 << 30)
+            data["exported_program"] = {"path": ".cache/export/p.pt2", "sha256": "0" * 64}
+        elif kind == "recorded-checkpoint":  # 2 TB: on 43f3c5d still being hashed after minutes
+            data["checkpoint"]["path"] = str(_sparse(tmp_path / "ckpt" / "big.safetensors", 2 << 40))
+        elif kind == "recorded-checkpoint-path-length":  # on 43f3c5d: internal error (OSError)
+            data["checkpoint"]["path"] = "/" + "a" * 5000
+
+    return part(tmp_path / "part", edit=edit)
+
+
+@pytest.mark.parametrize("kind", ["saved-outputs", "exported-program", "recorded-checkpoint",
+                                  "recorded-checkpoint-path-length"])
+def test_what_a_part_names_is_size_checked_before_it_is_read(kind, tmp_path):
+    """One line (exit 2) in seconds, nothing copied or published: the size (or a path's length)
+    is checked before a byte is read, hashed or copied. The timeout fails the test on 43f3c5d
+    instead of hanging (it hashes a 2 TB file)."""
+    from one_line import one_line
+
+    a = _oversized_part(kind, tmp_path)
+    out = tmp_path / "out"
+    proc = run_cli("merge", "--parts", str(a), "--out", str(out), timeout=120)
+    line = one_line(proc)
+    assert ("characters" if kind.endswith("length") else "bytes, more than the") in line, line
+    assert not os.path.lexists(out)  # never published
+    copied = [p for p in tmp_path.glob(".out.arrcoc-edge/**/*") if p.is_file() and p.stat().st_size > 1 << 20]
+    assert not copied, copied

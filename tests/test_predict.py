@@ -320,3 +320,49 @@ def test_a_write_that_fails_leaves_the_previous_heatmap_and_says_so(out, photo, 
     assert "cannot write" in line and str(heat) in line and "left as it was" in line
     assert heat.read_bytes() == b"the previous heatmap" and sorted(p.name for p in tmp_path.iterdir()) == ["heat.png", "p.json"]
     assert json.loads((tmp_path / "p.json").read_text())["grid"] == 14
+
+
+# ------------------------------------------------------------------ --runtime TARGET is the declared primary (issue 35, 5)
+
+
+@pytest.fixture(scope="module")
+def int8_out(checkpoint_path, tmp_path_factory):
+    from pipeline.build import run_build
+    from targets import TARGETS
+
+    folder = tmp_path_factory.mktemp("predict-int8") / "out"
+    result = run_build([TARGETS["onnx-int8"]], TARGETS, checkpoint_path, folder, log=lambda m: None)
+    assert result.ok, [(s.target.name, s.status, s.reason) for s in result.stages]
+    return folder
+
+
+def test_runtime_onnx_int8_runs_its_int8_model_not_the_first_variant_by_name(int8_out, photo, golden, tmp_path):
+    """`--runtime onnx-int8` runs the variant the manifest declares primary (the INT8 model), not
+    `fp32-ort`, which sorts first among its variants (on 43f3c5d it ran fp32-ort under the label)."""
+    entry = json.loads((int8_out / "manifest.json").read_text())["targets"]["onnx-int8"]
+    primary = entry["primary_variant"]
+    assert primary != "fp32-ort" and sorted(entry["variants"])[0] == "fp32-ort"
+    assert entry["variants"][primary]["info"]["quantized_node_count"] > 0  # a quantised model
+    np.save(tmp_path / "q.npy", golden.heldout.queries[0])
+    results = {}
+    for runtime in ("onnx-int8", f"onnx-int8:{primary}", "onnx-int8:fp32-ort"):
+        proc = run_cli("predict", "--image", str(photo), "--query-embedding", str(tmp_path / "q.npy"),
+                       "--out", str(int8_out), "--runtime", runtime, "--json", str(tmp_path / "r.json"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results[runtime] = np.array(json.loads((tmp_path / "r.json").read_text())["relevance"])
+    assert np.array_equal(results["onnx-int8"], results[f"onnx-int8:{primary}"])
+    assert not np.array_equal(results["onnx-int8"], results["onnx-int8:fp32-ort"])
+
+
+def test_a_manifest_without_primary_variant_still_names_the_primary(int8_out):
+    """Manifests written before `primary_variant`: the primary is the variant whose parity the
+    entry carries as its own; with nothing to tell, the bare name is not offered at all."""
+    from pipeline.predict import runnable
+    from targets import TARGETS
+
+    data = json.loads((int8_out / "manifest.json").read_text())
+    primary = data["targets"]["onnx-int8"].pop("primary_variant")
+    assert runnable(data, TARGETS)["onnx-int8"] == ("onnx-int8", primary)
+    data["targets"]["onnx-int8"]["parity"] = None
+    names = runnable(data, TARGETS)
+    assert "onnx-int8" not in names and f"onnx-int8:{primary}" in names and "onnx-int8:fp32-ort" in names
