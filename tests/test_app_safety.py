@@ -1,0 +1,130 @@
+"""What the app stages may touch (issue 35): the app folder holds the user's files too, and the
+caches and locks the stages keep live where no one else can write them.
+
+- The bundle goes into the app folder file by file (targets/app_folder.py): the user's files in it
+  (nested ones too) and every folder beside it stay byte for byte; a stale file of ours is replaced
+  or removed; a file of the user's where the bundle writes one is refused in one line, before
+  anything is written; nothing is written through a link.
+- The Kotlin class cache (targets/android_app.py) lives in a per-user folder checked for owner and
+  mode, and an entry is re-hashed against its manifest, bound to its key, before it is used: a
+  planted, copied, linked or foreign entry is a note and a fresh compile, never a pass.
+- The Swift chroot (targets/ios_app.py): mounts and lock by the chroot's real path, the lock opened
+  without blocking or following links, and a killed build leaves no Swift process running.
+All on real files, real compilers and the real chroot."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import OutputDirError
+from targets.mobile_contract import copy_to_app
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def bundle(root: Path, files: dict[str, bytes]) -> Path:
+    """A staged bundle as the android/ios stages leave it: files, some in package folders."""
+    root.mkdir(parents=True)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+FIRST = {"contract.json": b'{"v": 1}\n', "model.fp32.pte": b"pte one", "golden.json": b"{}",
+         "model.fp16.mlpackage/Data/com.apple.CoreML/model.mlmodel": b"mlmodel one",
+         "model.fp16.mlpackage/Manifest.json": b"manifest one"}
+SECOND = {"contract.json": b'{"v": 2}\n', "model.int8.pte": b"pte two", "golden.json": b"{}",
+          "model.int8.mlpackage/Manifest.json": b"manifest two"}
+
+
+@pytest.fixture
+def app(tmp_path):
+    """An app folder `app/src/main/assets` holding the user's own files, with user backups beside it."""
+    assets = tmp_path / "app" / "src" / "main" / "assets"
+    user = {"fonts/brand.ttf": b"the user's font", "notes.txt": b"mine", "images/deep/er/logo.png": b"png",
+            ".gitignore": b"*\n"}
+    for rel, data in user.items():
+        (assets / rel).parent.mkdir(parents=True, exist_ok=True)
+        (assets / rel).write_bytes(data)
+    beside = {}
+    for sibling in ("assets.old", "assets.new", "assets.bak", "assets-2024"):
+        (assets.parent / sibling).mkdir()
+        (assets.parent / sibling / "contract.json").write_bytes(f"backup {sibling}".encode())
+        beside[sibling] = tree(assets.parent / sibling)
+    return assets, user, beside
+
+
+def test_the_bundle_leaves_the_users_files_in_and_beside_the_app_folder(tmp_path, app):
+    """Two builds (the second drops and renames files): the user's files, nested ones too, and the
+    sibling backup folders stay byte for byte; the stale files of ours are gone, the new ones there."""
+    assets, user, beside = app
+    copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
+    got = tree(assets)
+    assert {rel: got[rel] for rel in FIRST} == FIRST
+    copy_to_app(bundle(tmp_path / "s2", SECOND), assets)
+    got = tree(assets)
+    assert {rel: got.get(rel) for rel in user} == user, "a file of the user's changed or went"
+    assert {rel: got[rel] for rel in SECOND} == SECOND
+    stale = set(FIRST) - set(SECOND)
+    assert not stale & set(got), f"stale files of the first build left: {stale & set(got)}"
+    assert not (assets / "model.fp16.mlpackage").exists(), "a folder only the first build made is left"
+    assert set(got) - set(user) - set(SECOND) == {".arrcoc-edge-files.json"}, "nothing else is written"
+    for sibling, files in beside.items():
+        assert tree(assets.parent / sibling) == files, f"{sibling}/ beside the app folder changed"
+    assert sorted(p.name for p in assets.parent.iterdir()) == sorted(["assets", *beside])
+
+
+@pytest.mark.parametrize("name", ["contract.json", "model.fp16.mlpackage/Manifest.json"])
+def test_a_users_file_under_a_name_the_bundle_writes_is_refused_and_kept(tmp_path, app, name):
+    """Never written by the tool (top level, or inside a package folder): one line naming the file
+    and the fix, and nothing in the folder changes."""
+    assets, _, _ = app
+    (assets / name).parent.mkdir(parents=True, exist_ok=True)
+    (assets / name).write_bytes(b"the user's own " + name.encode())
+    before = tree(assets)
+    with pytest.raises(OutputDirError) as err:
+        copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
+    line = err.value.one_line()
+    assert str(assets / name) in line and "move" in line and "\n" not in line
+    assert tree(assets) == before
+
+
+def test_a_file_of_ours_the_user_changed_is_never_overwritten_or_removed(tmp_path, app):
+    """Written by a build, then edited: refused where the next bundle writes it, kept (and no longer
+    ours) where the next bundle does not."""
+    assets, _, _ = app
+    copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
+    (assets / "contract.json").write_bytes(b"edited by hand")
+    with pytest.raises(OutputDirError) as err:
+        copy_to_app(bundle(tmp_path / "s2", SECOND), assets)
+    assert str(assets / "contract.json") in err.value.one_line()
+    assert (assets / "contract.json").read_bytes() == b"edited by hand"
+    assert (assets / "model.fp32.pte").read_bytes() == b"pte one", "a refused build removed a file"
+    (assets / "contract.json").write_bytes(FIRST["contract.json"])  # the user puts ours back
+    (assets / "model.fp32.pte").write_bytes(b"the user's own pte now")
+    kept = copy_to_app(bundle(tmp_path / "s3", SECOND), assets)
+    assert kept == ["model.fp32.pte"] and (assets / "model.fp32.pte").read_bytes() == b"the user's own pte now"
+    assert (assets / "contract.json").read_bytes() == SECOND["contract.json"]
+
+
+def test_nothing_is_written_through_a_link_in_the_app_folder(tmp_path, app):
+    """A link where the bundle needs a folder (to the user's elsewhere): refused, the link and what
+    it points to untouched."""
+    assets, _, _ = app
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "Manifest.json").write_bytes(b"elsewhere")
+    (assets / "model.fp16.mlpackage").symlink_to(elsewhere)
+    with pytest.raises(OutputDirError) as err:
+        copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
+    assert "model.fp16.mlpackage" in err.value.one_line()
+    assert (assets / "model.fp16.mlpackage").is_symlink() and tree(elsewhere) == {"Manifest.json": b"elsewhere"}
