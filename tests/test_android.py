@@ -350,7 +350,7 @@ def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
     assets = built[1]
     contract = json.loads((assets / "contract.json").read_text())
     tc = android_app.toolchain()
-    classes, _ = android_app.compile_app(tc, lambda _: None)  # the build's classes: a cache hit
+    classes, _ = android_app.compile_app(tc, lambda _: None, tmp_path / "classes")  # the build's classes: a cache hit
     android_app.write_parity_fixtures(tmp_path / "parity", assets, contract, {})
     android_app.write_exif_fixtures(tmp_path / "exif")
     spec = json.loads((tmp_path / "parity" / "cases.json").read_text())

@@ -13,9 +13,11 @@ caches and locks the stages keep live where no one else can write them.
 All on real files, real compilers and the real chroot."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,129 @@ def test_nothing_is_written_through_a_link_in_the_app_folder(tmp_path, app):
         copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
     assert "model.fp16.mlpackage" in err.value.one_line()
     assert (assets / "model.fp16.mlpackage").is_symlink() and tree(elsewhere) == {"Manifest.json": b"elsewhere"}
+
+
+# ---- the Kotlin class cache ---------------------------------------------------------------------
+
+# Runs in a child with its own TMPDIR and XDG_CACHE_HOME: plants an entry under the key of stubs
+# that do not compile, where the cache is (the user's cache) and where it was ($TMPDIR, which any
+# user can write), then compiles. Prints one JSON line: the outcome and the notes logged.
+PLANT_AND_COMPILE = r'''
+import hashlib, json, os, shutil, sys, tempfile
+from pathlib import Path
+from pipeline.errors import GateError
+from targets import android_app
+
+how, stubs = sys.argv[1], Path(sys.argv[2])
+android_app.SOURCE_SETS["stubs"] = stubs
+tc = android_app.toolchain()
+key = android_app._cache_key(tc)
+roots = [Path(tempfile.gettempdir()) / "arrcoc-android-classes",
+         Path(os.environ["XDG_CACHE_HOME"]) / "arrcoc-edge" / "android-classes"]
+
+def fake_entry(entry, sealed_for):
+    (entry / "app" / "org").mkdir(parents=True)
+    (entry / "app" / "org" / "Planted.class").write_bytes(b"\xca\xfe\xba\xbe planted")
+    (entry / "compile.json").write_text(json.dumps({"commands": [], "output": [], "seconds": 0.0}))
+    if sealed_for:
+        files = {p.relative_to(entry).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                 for p in entry.rglob("*") if p.is_file()}
+        (entry / "entry.json").write_text(json.dumps({"key": sealed_for, "files": files}))
+
+for root in roots:
+    if how == "file-at-path":
+        root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root.write_text("a regular file where the cache folder goes")
+        continue
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if how == "link":
+        target = Path(tempfile.mkdtemp(prefix="elsewhere-"))
+        fake_entry(target, key)
+        (root / key).symlink_to(target)
+    else:
+        (root / key).mkdir(mode=0o700)
+        fake_entry(root / key, {"unsealed": None, "other-key": "0" * 32, "foreign-owner": key}[how])
+    if how == "foreign-owner":
+        os.chown(root.parent, 12345, 12345)  # another user made the folder: not ours to trust
+notes = []
+try:
+    classes, record = android_app.compile_app(tc, notes.append)
+    outcome = "cached" if record["cached"] else "compiled"
+except GateError as exc:
+    outcome = "gate: " + exc.one_line()
+left = {str(r): sorted(p.name for p in r.iterdir()) if r.is_dir() else "file" for r in roots if r.exists()}
+print(json.dumps({"outcome": outcome, "notes": notes, "key": key, "left": left}))
+'''
+
+
+@pytest.fixture(scope="module")
+def broken_stubs(tmp_path_factory) -> Path:
+    """The compile-only stubs with a type error: the first kotlinc run fails (the cheapest compile error)."""
+    from targets import android_app
+
+    if android_app.missing_reason():
+        pytest.fail(f"Android app toolchain missing: {android_app.missing_reason()}", pytrace=False)
+    stubs = tmp_path_factory.mktemp("stubs") / "jvm-stubs"
+    shutil.copytree(android_app.SOURCE_SETS["stubs"], stubs)
+    tensor = stubs / "executorch" / "Tensor.kt"
+    tensor.write_text(tensor.read_text() + "\nval brokenOnPurpose: Int = \"not an int\"\n")
+    return stubs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["unsealed", "other-key", "link", "foreign-owner", "file-at-path"])
+def test_a_planted_or_unsound_class_cache_never_passes_broken_kotlin(tmp_path, broken_stubs, how):
+    """Classes under a broken source's key (not sealed, sealed for another key, a link to a sealed
+    entry elsewhere, in a cache folder owned by another uid), or a regular file where the cache
+    folder goes: a one-line note and a fresh compile, which fails the gate naming the line; the
+    failed compile leaves nothing in the cache."""
+    if how == "foreign-owner" and os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp"),
+           "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.run([sys.executable, "-c", PLANT_AND_COMPILE, how, str(broken_stubs)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["outcome"].startswith("gate: ") and "the Android app does not compile" in result["outcome"], result
+    assert "Tensor.kt" in result["outcome"], result
+    notes = [n for n in result["notes"] if "note:" in n]
+    assert len(notes) == 1 and "\n" not in notes[0] and "compiling" in notes[0], result["notes"]
+    cache = tmp_path / "xdg" / "arrcoc-edge" / "android-classes"
+    if how in ("unsealed", "other-key", "link"):
+        assert result["left"][str(cache)] == [], "a failed compile left something in the cache"
+    leftovers = [name for names in result["left"].values() if names != "file" for name in names
+                 if name != result["key"]]
+    assert not leftovers, f"a failed compile's folder was left: {leftovers}"
+
+
+def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monkeypatch):
+    """The seal is re-checked on every use: a class file changed, added or replaced by a link after
+    the seal, or the entry's folder left writable by others, each says why it is not used."""
+    from targets import private_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = private_cache.user_cache_dir("android-classes")
+    assert oct(cache.stat().st_mode & 0o777) == "0o700" and private_cache.private_dir_problem(cache.parent) is None
+
+    def sealed(name: str) -> Path:
+        entry = cache / name
+        (entry / "app" / "org").mkdir(parents=True)
+        entry.chmod(0o700)
+        (entry / "app" / "org" / "A.class").write_bytes(b"\xca\xfe\xba\xbe A")
+        (entry / "compile.json").write_text("{}")
+        private_cache.seal(entry, name)
+        assert private_cache.check_entry(entry, name) is None
+        return entry
+
+    (sealed("changed") / "app" / "org" / "A.class").write_bytes(b"\xca\xfe\xba\xbe B")
+    assert "A.class changed" in private_cache.check_entry(cache / "changed", "changed")
+    (sealed("added") / "app" / "org" / "B.class").write_bytes(b"\xca\xfe\xba\xbe B")
+    assert "not sealed" in private_cache.check_entry(cache / "added", "added")
+    linked = sealed("linked")
+    (linked / "app" / "org" / "A.class").unlink()
+    (linked / "app" / "org" / "A.class").symlink_to(tmp_path / "elsewhere.class")
+    assert "link" in private_cache.check_entry(linked, "linked")
+    sealed("open").chmod(0o777)
+    assert "writable by others" in private_cache.check_entry(cache / "open", "open")
