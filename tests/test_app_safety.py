@@ -13,6 +13,7 @@ caches and locks the stages keep live where no one else can write them.
 All on real files, real compilers and the real chroot."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -256,3 +257,168 @@ def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monk
     assert "link" in private_cache.check_entry(linked, "linked")
     sealed("open").chmod(0o777)
     assert "writable by others" in private_cache.check_entry(cache / "open", "open")
+
+
+# ---- the Swift chroot ---------------------------------------------------------------------------
+
+def swift_chroot() -> Path:
+    """The shared setup's chroot (never made or removed here: other builds use it concurrently)."""
+    from targets import ios_app
+
+    swift, why = ios_app.Swift.find()
+    if swift is None or swift.chroot is None:
+        pytest.fail(f"no Swift chroot to test: {why or 'this host has a native Swift'}", pytrace=False)
+    return Path(os.path.realpath(ios_app.CHROOT))
+
+
+def mount_ids_under(root: Path) -> set[str]:
+    """/proc/self/mountinfo's mount ids at or below `root` (a real path)."""
+    ids = set()
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == str(root) or fields[4].startswith(f"{root}/"):
+            ids.add(fields[0])
+    return ids
+
+
+def test_a_chroot_named_through_a_link_is_unmounted_after_the_session(tmp_path):
+    """ARRCOC_SWIFT_CHROOT spelled through a link: /proc and /dev are mounted for the session and
+    gone after it (mountinfo lists the real path; the check compares that)."""
+    from targets import ios_app
+
+    real = swift_chroot()
+    link = tmp_path / "chroot-link"
+    link.symlink_to(real)
+    with ios_app.Swift(link).session():
+        assert len(mount_ids_under(real)) >= 2, "the session mounted nothing"
+    with open(f"{real}.lock", "a") as lock:  # the real chroot's lock: no other session mounts meanwhile
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert not mount_ids_under(real), "the session's mounts were left in the chroot"
+
+
+SESSION = r'''
+import sys, time
+from pathlib import Path
+from pipeline.errors import GateError
+from targets import ios_app
+try:
+    with ios_app.Swift(Path(sys.argv[1])).session():
+        print("in", time.time(), flush=True)
+        time.sleep(float(sys.argv[2]))
+        print("out", time.time(), flush=True)
+except GateError as exc:
+    print("refused", exc.one_line(), flush=True)
+'''
+
+
+def session_child(chroot: Path, hold: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SESSION, str(chroot), str(hold)], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_two_links_to_one_chroot_take_turns(tmp_path):
+    """Two spellings of one chroot (two different links) share one lock: the second session starts
+    only after the first has left."""
+    real = swift_chroot()
+    first, second = tmp_path / "a" / "swift", tmp_path / "b" / "chroot"
+    for link in (first, second):
+        link.parent.mkdir()
+        link.symlink_to(real)
+    holder = session_child(first, 20)  # longer than the second child takes to start on a loaded host
+    line = holder.stdout.readline()
+    assert line.startswith("in "), line + holder.stderr.read()
+    follower = session_child(second, 0)
+    out, err = follower.communicate(timeout=600)
+    held, _ = holder.communicate(timeout=600)
+    left = float(held.split()[-1])
+    entered = float(out.split()[1])
+    assert entered >= left, f"the second link's session entered at {entered}, the first left at {left}"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "other-owner"])
+def test_a_lock_that_is_not_a_regular_file_of_ours_is_refused_at_once(tmp_path, kind):
+    """A FIFO (open() used to wait forever), a link, or another user's file at the lock path: one
+    line naming the lock and the fix, within seconds; nothing mounted, the link's target untouched."""
+    root = tmp_path / "chroot"
+    root.mkdir()
+    lock = tmp_path / "chroot.lock"
+    target = tmp_path / "elsewhere"
+    target.write_text("not a lock")
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "link":
+        lock.symlink_to(target)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("chown to another uid needs root")
+        lock.write_text("")
+        os.chown(lock, 12345, 12345)
+    child = session_child(root, 0)
+    try:
+        out, err = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail(f"the session hung opening a {kind} lock")
+    assert out.startswith("refused") and str(lock) in out and "-> fix:" in out, out + err
+    assert len(out.strip().splitlines()) == 1
+    assert target.read_text() == "not a lock" and not mount_ids_under(root)
+
+
+BUILD_IN_CHROOT = r'''
+import sys
+from pathlib import Path
+from targets import ios_app
+swift = ios_app.Swift.find()[0]
+with swift.session():
+    work = swift.workdir()
+    ios_app._stage_package(work, Path(sys.argv[1]))
+    print("compiling", flush=True)
+    swift.run(f"cd '{swift.inside(work)}' && swift build --build-tests", {})
+'''
+
+
+def processes_in(root: Path) -> dict[int, str]:
+    """pid -> its start time (to tell a reused pid), of every process whose root is `root`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "root") == str(root):
+                    found[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()[19]
+            except OSError:
+                continue  # gone meanwhile
+    return found
+
+
+def test_a_killed_build_leaves_no_swift_process_compiling(tmp_path):
+    """SIGKILL of the build while `swift build` compiles in the chroot: every process it started
+    there (swift-build, swift-frontend, ...) is gone within seconds."""
+    import signal
+    import time
+
+    from targets import ios_app
+
+    real = swift_chroot()
+    (tmp_path / "resources").mkdir()
+    child = subprocess.Popen([sys.executable, "-c", BUILD_IN_CHROOT, str(tmp_path / "resources")], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert child.stdout.readline().startswith("compiling"), child.stderr.read()
+    deadline, seen = time.monotonic() + 300, {}
+    while time.monotonic() < deadline and child.poll() is None:
+        seen = processes_in(real)  # the child holds the chroot's lock: these are its processes
+        names = {(Path("/proc") / str(pid) / "comm").read_text().strip() for pid in seen
+                 if (Path("/proc") / str(pid) / "comm").exists()}
+        if "swift-frontend" in names:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"no swift-frontend seen compiling in the chroot ({child.poll()=})")
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    time.sleep(2)  # the kernel kills the namespace at once; an orphan would still be compiling
+    alive = {pid: (Path("/proc") / str(pid) / "comm").read_text().strip()
+             for pid, start in processes_in(real).items() if seen.get(pid) == start}
+    assert not alive, f"still running in the chroot 2 s after the build was killed: {alive}"
+    with ios_app.Swift(real).session():  # the killed build's mounts: the next session takes them off
+        pass
