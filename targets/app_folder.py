@@ -14,7 +14,9 @@ images) and sit beside the user's backups, so the copy writes file by file, neve
   dropped from the record.
 - A path the bundle needs that holds the user's file (a name the tool never wrote, or one whose
   content changed since) is refused with one line naming it, before anything is written: the
-  user moves it, the build never decides which of two files the app should load. The same for a
+  user moves it, the build never decides which of two files the app should load. A file that
+  already holds the very bytes the bundle writes there is taken as the tool's (nothing is lost;
+  this is also how a folder written before the record existed is taken over). The same for a
   link or a non-folder where the bundle needs a folder: nothing is written through a link.
 - The record is written before the files with both the old and the new sha256 of every path, so a
   build killed half way leaves a folder whose every file the next build still knows; its
@@ -141,12 +143,17 @@ def _place(staging: Path, dest: Path, rel: str, tmp_name: str) -> None:
     target = dest / rel
     target.parent.mkdir(parents=True, exist_ok=True)  # only folders _missing_dirs recorded
     tmp = target.parent / tmp_name
-    with open(staging / rel, "rb") as src, open(tmp, "xb") as out:
-        while block := src.read(1 << 20):
-            out.write(block)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, target)
+    try:
+        with open(staging / rel, "rb") as src, open(tmp, "xb") as out:
+            while block := src.read(1 << 20):
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:  # a full disk, Ctrl-C: our temporary file goes, the app's file is as it was
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
 
 
 def _remove_stale(dest: Path, record: dict, wanted: dict[str, str]) -> list[str]:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from mobile_build import ANDROID, source_function
+from mobile_build import ANDROID, seed_user_files, source_function, user_files_left
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
@@ -47,6 +47,7 @@ def built_android() -> tuple[Path, Path]:
     root = Path(tempfile.mkdtemp(prefix="arrcoc-android-test-"))
     atexit.register(shutil.rmtree, root, True)
     out, app = root / "out", root / "app" / "assets"
+    seed_user_files(app)  # the user's files in and beside the app folder: the build keeps them
     proc = run_cli("build", "--target", "android", "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(app)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, app
@@ -279,6 +280,27 @@ def test_failed_app_copy_leaves_the_published_artifacts_untouched(built, tmp_pat
     assert after["android"] == before_entry
     assert after["executorch"]["status"] == "published"  # the independent upstream stage still published
     assert blocker.read_text().startswith("a file")
+
+
+def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_path):
+    """The app folder held the user's font and a nested logo, with backup folders beside it: the
+    build wrote its bundle in and kept every one of them. A rebuild with a file of the user's under
+    one of the bundle's names fails the stage in one line naming it, and changes nothing in the folder."""
+    app = built[1]
+    seeded = seed_user_files(tmp_path / "probe" / app.name)  # what the fixture seeded, by the same rule
+    assert user_files_left(app, seeded) == seeded
+    out = tmp_path / "out"
+    shutil.copytree(built[0], out)
+    mine = tmp_path / "app" / "assets"
+    shutil.copytree(app, mine)
+    (mine / "golden.json").write_bytes(b"the user's own golden.json")
+    before = tree(mine)
+    proc = run_cli("build", "--target", "android", "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(mine)})
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in text, text[-3000:]
+    lines = [line for line in text.splitlines() if str(mine / "golden.json") in line]
+    assert lines and "move" in lines[0] and "-> fix:" in lines[0], text[-3000:]
+    assert tree(mine) == before
 
 
 @pytest.fixture(scope="module")

@@ -133,6 +133,24 @@ def test_nothing_is_written_through_a_link_in_the_app_folder(tmp_path, app):
     assert (assets / "model.fp16.mlpackage").is_symlink() and tree(elsewhere) == {"Manifest.json": b"elsewhere"}
 
 
+def test_a_killed_copys_temporary_file_goes_and_a_look_alike_of_the_users_stays(tmp_path, app):
+    """After a kill, the next build removes the temporary files the record names (their names are
+    random and recorded before they exist), never a file of the user's that merely looks like one."""
+    assets, user, _ = app
+    copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
+    record = json.loads((assets / ".arrcoc-edge-files.json").read_text())
+    left = "model.fp16.mlpackage/.arrcoc-edge-0123456789abcdef.tmp"  # as a kill mid-copy leaves it
+    (assets / left).write_bytes(b"half a mlmodel")
+    record["pending"] = [left]
+    (assets / ".arrcoc-edge-files.json").write_text(json.dumps(record))
+    look_alike = assets / ".arrcoc-edge-fedcba9876543210.tmp"
+    look_alike.write_bytes(b"the user's, named like ours")
+    copy_to_app(bundle(tmp_path / "s2", SECOND), assets)
+    assert not (assets / left).exists() and not (assets / "model.fp16.mlpackage").exists()
+    assert look_alike.read_bytes() == b"the user's, named like ours"
+    assert {rel: (assets / rel).read_bytes() for rel in user} == user
+
+
 # ---- the Kotlin class cache ---------------------------------------------------------------------
 
 # Runs in a child with its own TMPDIR and XDG_CACHE_HOME: plants an entry under the key of stubs

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mobile_build import built_ios, source_function
+from mobile_build import built_ios, seed_user_files, source_function, user_files_left
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytestmark = pytest.mark.slow
@@ -51,6 +51,15 @@ def test_manifest_entry(built):
     # carries the default package's gate and the numbers the coreml stage measured on the same bytes
     assert variant["parity"]["passed"] and variant["parity"]["metrics"]["topk_overlap_mean"] >= 0.98
     assert entry["provenance"]["upstream"]["coreml"]
+
+
+def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_path):
+    """Resources/ held the user's font and a nested logo, with backup folders beside it (Resources.old/,
+    Resources.new/, Resources-backup/): the build wrote its bundle in and kept every one of them."""
+    app = built[1]
+    seeded = seed_user_files(tmp_path / "probe" / app.name)  # what built_ios seeded, by the same rule
+    assert user_files_left(app, seeded) == seeded
+    assert (app / "contract.json").is_file()
 
 
 def test_swift_core_compiled_and_its_tests_passed_in_the_build(built):
