@@ -168,6 +168,14 @@ def _compile_into(tc: Toolchain, work: Path, log: Callable[[str], None]) -> dict
     return record
 
 
+def _new_scratch(scratch: Path | None) -> Path:
+    """A private folder for classes compiled outside the cache: the caller's, or a new temporary one."""
+    if scratch is None:
+        return Path(tempfile.mkdtemp(prefix="arrcoc-android-classes-"))
+    scratch.mkdir(mode=0o700)
+    return scratch
+
+
 def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None = None) -> tuple[Path, dict]:
     """Every Kotlin file compiled; returns (classes dir, what was run). Cached by content in the
     user's own cache (targets/private_cache.py): an entry is used only after its files are re-hashed
@@ -175,12 +183,11 @@ def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None 
     and a fresh compile (into `scratch`, a folder of the caller's that must not exist yet, when the
     cache folder cannot be used; by default a new private temporary folder the caller removes)."""
     key = _cache_key(tc)
-    scratch = scratch or Path(tempfile.mkdtemp(prefix="arrcoc-android-classes-")) / "classes"
     try:
         cache = private_cache.user_cache_dir(CACHE_NAME)
     except private_cache.CacheUnusable as exc:
         log(f"[android] note: class cache not used ({exc}): compiling without it")
-        scratch.mkdir(mode=0o700)
+        scratch = _new_scratch(scratch)
         return scratch / "app", {**_compile_into(tc, scratch, log), "cached": False}
     done = cache / key
     if os.path.lexists(done):
@@ -197,7 +204,8 @@ def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None 
         except OSError:  # another build of yours sealed the same key first: theirs is as good, if sound
             if private_cache.check_entry(done, key) is not None:
                 log(f"[android] note: class cache entry {done} appeared unsound while compiling: not cached")
-                shutil.copytree(work, scratch)
+                scratch = _new_scratch(scratch)
+                shutil.copytree(work, scratch, dirs_exist_ok=True)
                 return scratch / "app", {**record, "cached": False}
     return done / "app", {**record, "cached": False}
 

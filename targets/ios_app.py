@@ -214,7 +214,10 @@ class Swift:
             return subproc.run(["sh", "-c", script], env={**os.environ, **env}, capture_output=True,
                                text=True, timeout=timeout)
         base = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/root", "LANG": "C.UTF-8"}
-        cmd = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "chroot", str(self.chroot), "/bin/sh", "-c", script]
+        # --mount-proc: the chroot's /proc shows this namespace's processes (in a mount namespace of
+        # its own, gone with it): swift-build matches its compilers' messages by their PIDs
+        cmd = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", f"--mount-proc={self.chroot / 'proc'}",
+               "chroot", str(self.chroot), "/bin/sh", "-c", script]
         return subproc.run(cmd, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
 
     def versions(self) -> tuple[str, list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,6 +37,21 @@ def seed_user_files(app: Path) -> dict[str, bytes]:
 
 def user_files_left(app: Path, seeded: dict[str, bytes]) -> dict[str, bytes | None]:
     return {rel: (app.parent / rel).read_bytes() if (app.parent / rel).is_file() else None for rel in seeded}
+
+
+def bundle_in_app(app: Path) -> dict[str, bytes]:
+    """The files the build wrote into `app` ({relative path: bytes}): everything there but the
+    user's seeded files and the build's record, which must list exactly these, by sha256."""
+    import hashlib
+
+    from targets.app_folder import RECORD
+
+    files = {p.relative_to(app).as_posix(): p.read_bytes() for p in app.rglob("*") if p.is_file()}
+    ours = {rel: data for rel, data in files.items() if rel not in USER_FILES and rel != RECORD}
+    record = json.loads((app / RECORD).read_text())
+    assert record["files"] == {rel: [hashlib.sha256(data).hexdigest()] for rel, data in ours.items()}
+    assert record["pending"] == []
+    return ours
 
 
 @functools.lru_cache(maxsize=1)

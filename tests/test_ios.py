@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mobile_build import built_ios, seed_user_files, source_function, user_files_left
+from mobile_build import built_ios, bundle_in_app, seed_user_files, source_function, user_files_left
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytestmark = pytest.mark.slow
@@ -145,9 +145,8 @@ def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
     out, app = built
     assert ios.check_packages(contract, out / "ios")
     assert ios.check_packages(contract, app)
-    published = {p.relative_to(out / "ios"): p.read_bytes() for p in (out / "ios").rglob("*") if p.is_file()}
-    copied = {p.relative_to(app): p.read_bytes() for p in app.rglob("*") if p.is_file()}
-    assert published == copied
+    published = {p.relative_to(out / "ios").as_posix(): p.read_bytes() for p in (out / "ios").rglob("*") if p.is_file()}
+    assert published == bundle_in_app(app)  # the build's files in the app: those, besides the user's
     manifest = json.loads((out / "manifest.json").read_text())["targets"]["coreml"]
     for key, art in contract["artifacts"].items():
         assert art["file"] == manifest["variants"][key]["info"]["package"]
