@@ -9,9 +9,11 @@ where the Kotlin code opens `contract.json` and then only the names it lists).
 ARRCOC_ANDROID_APP_DIR redirects that copy (the tests use it).
 
 Failure behaviour: every check (contract vs files, I/O contract of each .pte in the ExecuTorch
-runtime, size budget) runs BEFORE the copy into the app; the copy is written beside the asset
-folder and swapped in, so if it cannot be written (e.g. ARRCOC_ANDROID_APP_DIR is not a writable
-folder) the stage FAILS with an output error, the app's previous assets stay as they were, and
+runtime, size budget) runs BEFORE the copy into the app; the copy writes only the bundle's files
+into the folder, each swapped in whole, and leaves every other file in and beside it alone
+(targets/app_folder.py: a file of the user's where the bundle writes one is refused, not replaced).
+If it cannot be written (e.g. ARRCOC_ANDROID_APP_DIR is not a writable folder) the stage FAILS
+with an output error, the user's files stay as they were, and
 the core publishes nothing for `android`: the last published `artifacts/android/` and its
 manifest entry are kept (the `executorch` stage, which passed its own gate, still publishes).
 
@@ -171,7 +173,7 @@ class AndroidTarget(Target):
                               "ship fewer ExecuTorch variants")
         dest = app_assets_dir()
         try:
-            copy_to_app(ctx.staging, dest)
+            kept = copy_to_app(ctx.staging, dest)
         except OSError as exc:
             raise OutputDirError(
                 f"cannot write the Android app's assets to {dest} ({type(exc).__name__}: {exc.strerror or exc}); "
@@ -179,6 +181,8 @@ class AndroidTarget(Target):
                 "point ARRCOC_ANDROID_APP_DIR at a writable folder, or unset it to use mobile/android/app/src/main/assets",
             ) from exc
         ctx.log(f"[{self.name}] copied the app assets to {dest}")
+        if kept:
+            ctx.log(f"[{self.name}] note: kept {', '.join(kept)} in {dest}: written by an earlier build, changed since")
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())

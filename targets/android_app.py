@@ -12,7 +12,8 @@ says "not run" with the command that installs it.
 
 `app_build(assets, runners)` returns the manifest's `app_build` record, or raises GateError on a
 compile error or a failing test. Compiled classes are cached by the sha256 of every source and the
-toolchain's identity, so a second build with unchanged sources only runs the tests.
+toolchain's identity, so a second build with unchanged sources only runs the tests; the cache is the
+building user's own (targets/private_cache.py) and an entry is re-hashed before it is trusted.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
 
+from . import private_cache
 from .mobile_contract import pil_upright
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +55,8 @@ ORG_JSON = Path("/usr/share/java/com.android.json.jar")  # a real org.json: andr
 SETUP = "run `bash scripts/setup.sh` as root (scripts/setup.d/40-android-jvm.sh installs it)"
 KOTLINC_FLAGS = ["-no-jdk", "-jvm-target", "17"]  # android.jar brings java.*, as on a device
 RUNNER_MAIN = "org.arrcoc.jvmrunner.JUnitReportKt"
-CACHE = Path(tempfile.gettempdir()) / "arrcoc-android-classes"
+# the class cache: a folder of the building user's own cache, `<cache>/arrcoc-edge/android-classes`
+CACHE_NAME = "android-classes"
 # Kotlin's metrics vs pipeline/parity.py's, per metric (the rest: `default`). Both sum float64 abs
 # errors, in another order (numpy: pairwise; Kotlin: in sequence), so they differ by ~1e-16 per value;
 # 1e-12 leaves room for that and nothing else. weights_sum_max_dev sums three float32 weights on both
@@ -151,14 +154,8 @@ def _kotlinc(tc: Toolchain, classpath: list[Path], out: Path, files: list[Path])
     return shown, lines
 
 
-def compile_app(tc: Toolchain, log: Callable[[str], None]) -> tuple[Path, dict]:
-    """Every Kotlin file compiled (cached by content); returns (classes dir, what was run)."""
-    key = _cache_key(tc)
-    done = CACHE / key
-    if (done / "compile.json").is_file():
-        return done / "app", {**json.loads((done / "compile.json").read_text()), "cached": True}
-    CACHE.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=CACHE))
+def _compile_into(tc: Toolchain, work: Path, log: Callable[[str], None]) -> dict:
+    """Every Kotlin file compiled into `work` (stubs/, app/); returns what was run."""
     start = time.monotonic()
     # the stubs first, alone: they are only ever on the app's classpath, never among its classes
     stubs_cmd, stubs_out = _kotlinc(tc, [ANDROID_JAR, JUNIT], work / "stubs", sources("stubs"))
@@ -168,10 +165,48 @@ def compile_app(tc: Toolchain, log: Callable[[str], None]) -> tuple[Path, dict]:
     record = {"commands": [stubs_cmd, app_cmd], "output": stubs_out + app_out,
               "seconds": round(time.monotonic() - start, 1)}
     (work / "compile.json").write_text(json.dumps(record))
+    return record
+
+
+def _new_scratch(scratch: Path | None) -> Path:
+    """A private folder for classes compiled outside the cache: the caller's, or a new temporary one."""
+    if scratch is None:
+        return Path(tempfile.mkdtemp(prefix="arrcoc-android-classes-"))
+    scratch.mkdir(mode=0o700)
+    return scratch
+
+
+def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None = None) -> tuple[Path, dict]:
+    """Every Kotlin file compiled; returns (classes dir, what was run). Cached by content in the
+    user's own cache (targets/private_cache.py): an entry is used only after its files are re-hashed
+    against the manifest sealed for this key; an unusable cache folder or a broken entry is a note
+    and a fresh compile (into `scratch`, a folder of the caller's that must not exist yet, when the
+    cache folder cannot be used; by default a new private temporary folder the caller removes)."""
+    key = _cache_key(tc)
     try:
-        work.rename(done)
-    except OSError:  # another build finished the same key first: theirs is as good
-        shutil.rmtree(work, ignore_errors=True)
+        cache = private_cache.user_cache_dir(CACHE_NAME)
+    except private_cache.CacheUnusable as exc:
+        log(f"[android] note: class cache not used ({exc}): compiling without it")
+        scratch = _new_scratch(scratch)
+        return scratch / "app", {**_compile_into(tc, scratch, log), "cached": False}
+    done = cache / key
+    if os.path.lexists(done):
+        problem = private_cache.check_entry(done, key)
+        if problem is None:
+            return done / "app", {**json.loads((done / "compile.json").read_text()), "cached": True}
+        log(f"[android] note: class cache entry {done} not used ({problem}): compiling afresh")
+        private_cache.discard(done)
+    with private_cache.building(cache, key) as work:  # a failed compile leaves nothing behind
+        record = _compile_into(tc, work, log)
+        private_cache.seal(work, key)
+        try:
+            work.rename(done)
+        except OSError:  # another build of yours sealed the same key first: theirs is as good, if sound
+            if private_cache.check_entry(done, key) is not None:
+                log(f"[android] note: class cache entry {done} appeared unsound while compiling: not cached")
+                scratch = _new_scratch(scratch)
+                shutil.copytree(work, scratch, dirs_exist_ok=True)
+                return scratch / "app", {**record, "cached": False}
     return done / "app", {**record, "cached": False}
 
 
@@ -348,10 +383,10 @@ def app_build(assets: Path, contract: dict, runners: Callable[[], dict[str, Call
         return not_run(f"toolchain not installed: {reason}"), {}
     start = time.monotonic()
     tc = toolchain()
-    classes, compiled = compile_app(tc, log)
-    tests_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="arrcoc-android-jvm-") as tmp:
-        fixtures = Path(tmp)
+        classes, compiled = compile_app(tc, log, scratch=Path(tmp) / "classes")
+        tests_start = time.monotonic()
+        fixtures = Path(tmp) / "fixtures"
         cases = write_parity_fixtures(fixtures / "parity", assets, contract, runners())
         write_exif_fixtures(fixtures / "exif")
         result = run_tests(tc, classes, assets, fixtures)

@@ -5,6 +5,8 @@ The stage takes the `coreml` target's packages (already gated there), writes `co
 folder), a golden bundle and a bundled sample photo, publishes them under `artifacts/ios/` and
 copies them into the app's resource folder, `mobile/ios/ArrcocDemo/Resources/` (where
 RelevanceModel.swift looks them up). ARRCOC_IOS_APP_DIR redirects that copy (the tests use it).
+Only the bundle's files are written there; the user's files in and beside it are left alone
+(targets/app_folder.py).
 
 Before anything is copied or published, the app's Foundation-only core (mobile/ios/ArrcocCore:
 contract, golden reader, parity metrics and gate, EXIF re-index) is compiled with Swift and its
@@ -25,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline.errors import ExportError, HostCapabilityError
+from pipeline.errors import ExportError, HostCapabilityError, OutputDirError
 from pipeline.export import MAX_BATCH
 from pipeline.golden import write_bundle
 from pipeline.parity import Gate
@@ -164,8 +166,18 @@ class IosTarget(Target):
         if variant.bytes > variant.size_budget:
             raise ExportError(f"iOS bundle is {variant.bytes} bytes, over its budget {variant.size_budget}",
                               "ship fewer CoreML variants")
-        copy_to_app(ctx.staging, app_resources_dir())
-        ctx.log(f"[{self.name}] copied the app bundle to {app_resources_dir()}")
+        dest = app_resources_dir()
+        try:
+            kept = copy_to_app(ctx.staging, dest)
+        except OSError as exc:
+            raise OutputDirError(
+                f"cannot write the iOS app's resources to {dest} ({type(exc).__name__}: {exc.strerror or exc}); "
+                "nothing was published for ios",
+                "point ARRCOC_IOS_APP_DIR at a writable folder, or unset it to use mobile/ios/ArrcocDemo/Resources",
+            ) from exc
+        ctx.log(f"[{self.name}] copied the app bundle to {dest}")
+        if kept:
+            ctx.log(f"[{self.name}] note: kept {', '.join(kept)} in {dest}: written by an earlier build, changed since")
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())

@@ -14,7 +14,9 @@
 Swift: the host's own `swift` when it works (macOS, a swift.org install); else Debian trixie's
 `swiftlang` in the chroot scripts/setup.d/50-swift-trixie.sh makes (this host is bookworm, which
 has none), run with /proc and /dev mounted inside it for the run only, under the same lock the setup
-step takes. No Swift: status "not run", and the build goes on (the artifacts are still right).
+step takes (one per real chroot path: `<realpath>.lock`, a regular file of root's, never a link or
+FIFO), each command in its own PID namespace so that nothing it started outlives the build.
+No Swift: status "not run", and the build goes on (the artifacts are still right).
 The SwiftUI / CoreML / UIKit shell cannot be compiled off Apple's platforms: swiftc parses it
 (syntax only), and what only a device shows is listed in `not_verified`.
 """
@@ -27,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import subproc
 from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
@@ -173,7 +177,9 @@ class Swift:
     """Runs commands with Swift 6: natively, or inside the trixie chroot (root only)."""
 
     def __init__(self, chroot: Path | None):
-        self.chroot = chroot
+        # The real path: mounts are listed by it in /proc/self/mountinfo, and the lock is one file
+        # per real chroot however ARRCOC_SWIFT_CHROOT spells it (a link, a relative path).
+        self.chroot = Path(os.path.realpath(chroot)) if chroot is not None else None
 
     @classmethod
     def find(cls) -> tuple[Swift | None, str]:
@@ -185,6 +191,8 @@ class Swift:
             return None, f"no Swift toolchain (no `swift` on PATH, no chroot at {CHROOT}): {GET_SWIFT}"
         if os.geteuid() != 0:
             return None, f"Swift is in the chroot {CHROOT}, which only root can enter: run the build as root"
+        if not shutil.which("unshare"):
+            return None, "util-linux's `unshare` is missing (Swift runs in its own PID namespace): apt-get install util-linux"
         return cls(CHROOT), ""
 
     def workdir(self) -> Path:
@@ -197,12 +205,20 @@ class Swift:
         return str(path) if self.chroot is None else "/" + path.relative_to(self.chroot).as_posix()
 
     def run(self, script: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+        """`script` under sh, tied to the build's life (pipeline/subproc.py: SIGKILL when the build
+        dies). In the chroot it runs as PID 1 of its own PID namespace (unshare --kill-child): when
+        the build dies, is interrupted or times out, unshare dies, its child is killed, and the
+        kernel kills every process left in the namespace: no swift-build or swift-frontend goes on
+        compiling."""
         if self.chroot is None:
-            return subprocess.run(["sh", "-c", script], env={**os.environ, **env}, capture_output=True,
-                                  text=True, timeout=timeout)
+            return subproc.run(["sh", "-c", script], env={**os.environ, **env}, capture_output=True,
+                               text=True, timeout=timeout)
         base = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/root", "LANG": "C.UTF-8"}
-        return subprocess.run(["chroot", str(self.chroot), "/bin/sh", "-c", script], env={**base, **env},
-                              capture_output=True, text=True, timeout=timeout)
+        # --mount-proc: the chroot's /proc shows this namespace's processes (in a mount namespace of
+        # its own, gone with it): swift-build matches its compilers' messages by their PIDs
+        cmd = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", f"--mount-proc={self.chroot / 'proc'}",
+               "chroot", str(self.chroot), "/bin/sh", "-c", script]
+        return subproc.run(cmd, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
 
     def versions(self) -> tuple[str, list[str]]:
         """(compiler version line, what the code is compiled against)."""
@@ -221,7 +237,7 @@ class Swift:
         if self.chroot is None:
             yield
             return
-        with open(f"{self.chroot}.lock", "w") as lock:
+        with open_lock(lock_path(self.chroot)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another build, or setup remaking the chroot
             with _signals_as_exceptions():
                 unmount_all(self.chroot)  # left by a run killed with SIGKILL: nobody else holds the lock
@@ -234,6 +250,31 @@ class Swift:
                     unmount_all(self.chroot)
 
 
+def lock_path(chroot: Path) -> Path:
+    """One lock per real chroot, beside it (scripts/setup.d/50-swift-trixie.sh takes the same)."""
+    return Path(f"{os.path.realpath(chroot)}.lock")
+
+
+@contextlib.contextmanager
+def open_lock(path: Path):
+    """The lock file, opened without following a link or waiting on a FIFO, and only when it is a
+    regular file of this user's: anything else at that path is refused in one line."""
+    fix = f"remove {path} (as root), then rebuild"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise GateError(f"cannot open the Swift chroot's lock {path}: {exc.strerror}"
+                        + (" (a link)" if os.path.islink(path) else ""), fix) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise GateError(f"the Swift chroot's lock {path} is not a regular file of yours "
+                            f"(mode {st.st_mode:o}, uid {st.st_uid})", fix)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def _mount(args: list[str]) -> None:
     proc = subprocess.run(["mount", *args], capture_output=True, text=True)
     if proc.returncode:
@@ -242,7 +283,9 @@ def _mount(args: list[str]) -> None:
 
 
 def mounts_under(root: Path) -> list[str]:
-    """Mount points at or below `root`, deepest first (/proc/self/mountinfo escapes spaces as \\040)."""
+    """Mount points at or below `root`, deepest first (/proc/self/mountinfo escapes spaces as \\040
+    and lists real paths: `root` is compared by its own)."""
+    root = Path(os.path.realpath(root))
     points = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])

@@ -24,18 +24,20 @@ App-bundle helpers shared by targets/ios.py and targets/android.py:
   bundle_allowance(cfg, split) -> int  bytes for the golden bundle, sample photo and contract
   write_sample(ctx, folder) -> Path    the golden whole photo SAMPLE_GOLDEN (451 x 300) as SAMPLE_IMAGE,
                                        lossless, at its own size
-  copy_to_app(staging, dest)           replace the app's resource folder with the staged bundle
+  copy_to_app(staging, dest)           the staged bundle's files into the app's folder, the user's files
+                                       in and beside it untouched (targets/app_folder.py)
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 from pipeline.errors import ExportError
 from pipeline.golden import BUNDLE_WHOLE, bundle_samples
 from pipeline.model import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
+
+from .app_folder import copy_to_app  # noqa: F401 - shared with targets/android.py and targets/ios.py
 
 CONTRACT_VERSION = 1
 CONTRACT_FILE = "contract.json"
@@ -253,26 +255,6 @@ def write_sample(ctx, folder: Path) -> Path:
     path = Path(folder) / SAMPLE_IMAGE
     Image.fromarray(heldout.images[heldout.names.index(SAMPLE_GOLDEN)]).save(path, optimize=True)
     return path
-
-
-def copy_to_app(staging: Path, dest: Path) -> None:
-    """Replace the app's resources with the staged bundle (staged beside it, then swapped).
-
-    The new copy is written next to `dest` first, so a failure (unwritable folder, full disk)
-    leaves the app's previous resources as they were."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = dest.with_name(dest.name + ".new"), dest.with_name(dest.name + ".old")
-    for p in (tmp, old):
-        shutil.rmtree(p, ignore_errors=True)
-    shutil.copytree(staging, tmp)
-    keep = dest / ".gitignore"
-    if keep.is_file():
-        shutil.copy2(keep, tmp / ".gitignore")
-    if dest.exists():
-        dest.rename(old)
-    tmp.rename(dest)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def pil_upright(orientation: int, stored):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,12 +16,52 @@ from conftest import run_cli
 ANDROID = Path(__file__).resolve().parent.parent / "mobile" / "android"
 
 
+# What a user keeps in and beside an app folder before a build copies into it: the build must leave
+# every one of these byte for byte (targets/app_folder.py; tests/test_android.py and test_ios.py).
+USER_FILES = {"fonts/brand.ttf": b"the user's font", "images/nested/deeper/logo.png": b"the user's logo"}
+USER_SIBLINGS = ("{name}.old", "{name}.new", "{name}-backup")
+
+
+def seed_user_files(app: Path) -> dict[str, bytes]:
+    """The user's files in `app` and backup folders beside it; returns {path relative to app's parent: bytes}."""
+    seeded = {}
+    for rel, data in USER_FILES.items():
+        seeded[f"{app.name}/{rel}"] = data
+    for sibling in USER_SIBLINGS:
+        seeded[f"{sibling.format(name=app.name)}/contract.json"] = b"the user's backup"
+    for rel, data in seeded.items():
+        (app.parent / rel).parent.mkdir(parents=True, exist_ok=True)
+        (app.parent / rel).write_bytes(data)
+    return seeded
+
+
+def user_files_left(app: Path, seeded: dict[str, bytes]) -> dict[str, bytes | None]:
+    return {rel: (app.parent / rel).read_bytes() if (app.parent / rel).is_file() else None for rel in seeded}
+
+
+def bundle_in_app(app: Path) -> dict[str, bytes]:
+    """The files the build wrote into `app` ({relative path: bytes}): everything there but the
+    user's seeded files and the build's record, which must list exactly these, by sha256."""
+    import hashlib
+
+    from targets.app_folder import RECORD
+
+    files = {p.relative_to(app).as_posix(): p.read_bytes() for p in app.rglob("*") if p.is_file()}
+    ours = {rel: data for rel, data in files.items() if rel not in USER_FILES and rel != RECORD}
+    record = json.loads((app / RECORD).read_text())
+    assert record["files"] == {rel: [hashlib.sha256(data).hexdigest()] for rel, data in ours.items()}
+    assert record["pending"] == []
+    return ours
+
+
 @functools.lru_cache(maxsize=1)
 def built_ios() -> tuple[Path, Path]:
-    """(out dir, app resources dir); the app copy goes to a temp folder, never the repo's app."""
+    """(out dir, app resources dir); the app copy goes to a temp folder, never the repo's app, which
+    holds the user's files (seed_user_files) before the build."""
     root = Path(tempfile.mkdtemp(prefix="arrcoc-ios-test-"))
     atexit.register(shutil.rmtree, root, True)
     out, app = root / "out", root / "app" / "Resources"
+    seed_user_files(app)
     proc = run_cli("build", "--target", "ios", "--out", str(out), env={"ARRCOC_IOS_APP_DIR": str(app)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, app

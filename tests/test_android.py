@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from mobile_build import ANDROID, source_function
+from mobile_build import ANDROID, bundle_in_app, seed_user_files, source_function, user_files_left
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
@@ -47,6 +47,7 @@ def built_android() -> tuple[Path, Path]:
     root = Path(tempfile.mkdtemp(prefix="arrcoc-android-test-"))
     atexit.register(shutil.rmtree, root, True)
     out, app = root / "out", root / "app" / "assets"
+    seed_user_files(app)  # the user's files in and beside the app folder: the build keeps them
     proc = run_cli("build", "--target", "android", "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(app)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, app
@@ -120,9 +121,9 @@ def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract)
         assert art["square_method"] == "forward_16g" and set(names) == {"forward", "forward_16g"}
     assert contract["app"]["default_artifact"] in contract["artifacts"]
     assert mobile_contract.check_files(contract, out / "android") and android.check_bundle(contract, app)
-    # the app copy is exactly what was published, nothing more, nothing less
-    assert tree(out / "android") == tree(app)
-    assert set(tree(app)) == {mobile_contract.CONTRACT_FILE, contract["app"]["sample_image"],
+    # the app copy is exactly what was published, nothing more, nothing less (besides the user's files)
+    assert tree(out / "android") == bundle_in_app(app)
+    assert set(bundle_in_app(app)) == {mobile_contract.CONTRACT_FILE, contract["app"]["sample_image"],
                               *contract["golden"].values(), *(a["file"] for a in contract["artifacts"].values())}
 
 
@@ -281,6 +282,27 @@ def test_failed_app_copy_leaves_the_published_artifacts_untouched(built, tmp_pat
     assert blocker.read_text().startswith("a file")
 
 
+def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_path):
+    """The app folder held the user's font and a nested logo, with backup folders beside it: the
+    build wrote its bundle in and kept every one of them. A rebuild with a file of the user's under
+    one of the bundle's names fails the stage in one line naming it, and changes nothing in the folder."""
+    app = built[1]
+    seeded = seed_user_files(tmp_path / "probe" / app.name)  # what the fixture seeded, by the same rule
+    assert user_files_left(app, seeded) == seeded
+    out = tmp_path / "out"
+    shutil.copytree(built[0], out)
+    mine = tmp_path / "app" / "assets"
+    shutil.copytree(app, mine)
+    (mine / "golden.json").write_bytes(b"the user's own golden.json")
+    before = tree(mine)
+    proc = run_cli("build", "--target", "android", "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(mine)})
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in text, text[-3000:]
+    lines = [line for line in text.splitlines() if str(mine / "golden.json") in line]
+    assert lines and "move" in lines[0] and "-> fix:" in lines[0], text[-3000:]
+    assert tree(mine) == before
+
+
 @pytest.fixture(scope="module")
 def app_build(built) -> dict:
     require_jvm_toolchain()
@@ -350,7 +372,7 @@ def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
     assets = built[1]
     contract = json.loads((assets / "contract.json").read_text())
     tc = android_app.toolchain()
-    classes, _ = android_app.compile_app(tc, lambda _: None)  # the build's classes: a cache hit
+    classes, _ = android_app.compile_app(tc, lambda _: None, tmp_path / "classes")  # the build's classes: a cache hit
     android_app.write_parity_fixtures(tmp_path / "parity", assets, contract, {})
     android_app.write_exif_fixtures(tmp_path / "exif")
     spec = json.loads((tmp_path / "parity" / "cases.json").read_text())

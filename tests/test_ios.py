@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mobile_build import built_ios, source_function
+from mobile_build import built_ios, bundle_in_app, seed_user_files, source_function, user_files_left
 from pipeline.model import MAX_SIDE, MIN_SIDE
 
 pytestmark = pytest.mark.slow
@@ -51,6 +51,15 @@ def test_manifest_entry(built):
     # carries the default package's gate and the numbers the coreml stage measured on the same bytes
     assert variant["parity"]["passed"] and variant["parity"]["metrics"]["topk_overlap_mean"] >= 0.98
     assert entry["provenance"]["upstream"]["coreml"]
+
+
+def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_path):
+    """Resources/ held the user's font and a nested logo, with backup folders beside it (Resources.old/,
+    Resources.new/, Resources-backup/): the build wrote its bundle in and kept every one of them."""
+    app = built[1]
+    seeded = seed_user_files(tmp_path / "probe" / app.name)  # what built_ios seeded, by the same rule
+    assert user_files_left(app, seeded) == seeded
+    assert (app / "contract.json").is_file()
 
 
 def test_swift_core_compiled_and_its_tests_passed_in_the_build(built):
@@ -136,9 +145,8 @@ def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
     out, app = built
     assert ios.check_packages(contract, out / "ios")
     assert ios.check_packages(contract, app)
-    published = {p.relative_to(out / "ios"): p.read_bytes() for p in (out / "ios").rglob("*") if p.is_file()}
-    copied = {p.relative_to(app): p.read_bytes() for p in app.rglob("*") if p.is_file()}
-    assert published == copied
+    published = {p.relative_to(out / "ios").as_posix(): p.read_bytes() for p in (out / "ios").rglob("*") if p.is_file()}
+    assert published == bundle_in_app(app)  # the build's files in the app: those, besides the user's
     manifest = json.loads((out / "manifest.json").read_text())["targets"]["coreml"]
     for key, art in contract["artifacts"].items():
         assert art["file"] == manifest["variants"][key]["info"]["package"]

@@ -11,7 +11,9 @@ set -euo pipefail
 if command -v swift >/dev/null && swift --version >/dev/null 2>&1; then
     exit 0
 fi
-root=${ARRCOC_SWIFT_CHROOT:-/var/cache/arrcoc-edge/swift-trixie}
+# The real path, as targets/ios_app.py uses it: mounts are listed by it, and the lock beside it is
+# one file per real chroot however ARRCOC_SWIFT_CHROOT spells it (a link, a relative path).
+root=$(realpath -m "${ARRCOC_SWIFT_CHROOT:-/var/cache/arrcoc-edge/swift-trixie}")
 marker=$root/.arrcoc-swift-ready     # keep in step with targets/ios_app.py READY_MARKER
 if [ -f "$marker" ]; then
     exit 0
@@ -28,8 +30,15 @@ fi
 
 # The same lock targets/ios_app.py holds while /proc and /dev are mounted in the chroot: nothing
 # below may delete or populate it while a compile is running in it.
+# Like targets/ios_app.py open_lock: only a regular file of root's, never a link (followed) or a
+# FIFO (open would wait forever).
 mkdir -p "$(dirname "$root")"
-exec 9>"$root.lock"
+lock=$root.lock
+if [ -L "$lock" ] || { [ -e "$lock" ] && { [ ! -f "$lock" ] || [ ! -O "$lock" ]; }; }; then
+    echo "setup: $lock is not a regular file of root's (a link, a FIFO or another user's); remove it, then run bash scripts/setup.sh again" >&2
+    exit 1
+fi
+exec 9>>"$lock"
 flock 9
 [ -f "$marker" ] && exit 0
 

@@ -1,0 +1,151 @@
+"""Caches the app stages keep between builds, where only the building user can write them.
+
+A cache another user can write is a way to run their code: the Kotlin class cache used to live in
+the world-writable $TMPDIR, so classes planted under a broken source's key passed the build. Here:
+
+- the cache folder is `$XDG_CACHE_HOME/arrcoc-edge/<name>` (`~/.cache/...` when XDG_CACHE_HOME is
+  unset or relative), made 0700; it and every folder below the user's cache folder must be a real
+  folder (not a link), owned by the building user and writable by no one else, and the folder
+  holding it must be the user's or root's, writable by no one else unless sticky (like /tmp).
+  Anything else: `user_cache_dir` raises CacheUnusable with the reason, and the caller builds
+  without a cache (a note, never a failure);
+- an entry is a folder `<key>/` sealed by a manifest, `entry.json`, written last after a
+  successful build: its key and the sha256 of every file in it. `check_entry` re-hashes it before
+  use: another key's entry copied here, a link, an extra, missing or changed file, or a folder not
+  the user's: the reason, and the caller builds afresh and replaces it;
+- an entry is built in a fresh `.key.*` folder (mkdtemp, 0700) and renamed into place; a failed
+  build removes its folder (`building`).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+MANIFEST = "entry.json"
+MANIFEST_MAX_BYTES = 16 << 20
+
+
+class CacheUnusable(Exception):
+    """The cache folder cannot be trusted or made; str() says why in one line."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def private_dir_problem(path: Path) -> str | None:
+    """Why `path` is not a folder only this user can write, or None."""
+    try:
+        st = path.lstat()
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _parent_problem(path: Path) -> str | None:
+    """The folder holding the cache: others must not be able to swap what is in it."""
+    st = path.stat()
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"{path} is owned by uid {st.st_uid}"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"{path} is writable by others and not sticky"
+    return None
+
+
+def user_cache_dir(name: str) -> Path:
+    """`<user cache>/arrcoc-edge/<name>`, made 0700 where missing and checked (module docstring)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = _parent_problem(base)
+        folder = base
+        for part in ("arrcoc-edge", name):
+            folder = folder / part
+            with contextlib.suppress(FileExistsError):
+                folder.mkdir(mode=0o700)
+            problem = problem or private_dir_problem(folder)
+    except OSError as exc:
+        raise CacheUnusable(f"{base}: {exc.strerror or exc}") from exc
+    if problem:
+        raise CacheUnusable(problem)
+    return folder
+
+
+def check_entry(entry: Path, key: str) -> str | None:
+    """Why the entry `entry` (for `key`) cannot be trusted, or None when its files are exactly the
+    ones its manifest seals, with their sha256."""
+    problem = private_dir_problem(entry)
+    if problem:
+        return problem
+    manifest = entry / MANIFEST
+    try:
+        st = manifest.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MANIFEST_MAX_BYTES:
+            return f"{MANIFEST} is not a file this tool wrote"
+        sealed = json.loads(manifest.read_text())
+        if sealed.get("key") != key:
+            return f"sealed for key {str(sealed.get('key'))[:16]}..., not this one (copied from another entry)"
+        files = dict(sealed["files"])
+    except FileNotFoundError:
+        return f"no {MANIFEST} (not sealed after a successful build)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{MANIFEST} unreadable ({type(exc).__name__})"
+    found = {}
+    for folder, dirs, names in os.walk(entry):
+        for name in dirs + names:
+            path = Path(folder) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                return f"{path.relative_to(entry)} is a link or not a plain file"
+            if stat.S_ISREG(mode) and path != manifest:
+                found[path.relative_to(entry).as_posix()] = path
+    if set(found) != set(files):
+        extra, missing = sorted(set(found) - set(files)), sorted(set(files) - set(found))
+        return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"
+    changed = [rel for rel, path in sorted(found.items()) if _sha256(path) != files[rel]]
+    return f"{changed[0]} changed since it was sealed" if changed else None
+
+
+def seal(entry: Path, key: str) -> None:
+    """Write the manifest: the key and the sha256 of every file now in `entry`."""
+    files = {p.relative_to(entry).as_posix(): _sha256(p) for p in sorted(entry.rglob("*")) if p.is_file()}
+    (entry / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1, sort_keys=True) + "\n")
+
+
+def discard(path: Path) -> None:
+    """Remove an entry of the user's own cache folder: a link itself, never what it points to."""
+    if path.is_symlink() or not path.is_dir():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def building(cache: Path, key: str):
+    """A fresh 0700 folder to build `key`'s entry in; removed unless the body renamed it away."""
+    work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache))
+    try:
+        yield work
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
