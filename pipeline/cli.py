@@ -437,10 +437,10 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
 def app_tokenize(app, tokenizer, text_file, max_length, verbose: bool = False) -> int:
     """`invoke app-tokenize`: an app's own tokenizer code on each line of a text file, one JSON
     array of ids per line (targets/app_tokenize.py)."""
-    return guarded(lambda: _app_tokenize(app, tokenizer, text_file, max_length), verbose, "app-tokenize")
+    return guarded(lambda: _app_tokenize(app, tokenizer, text_file, max_length, verbose), verbose, "app-tokenize")
 
 
-def _app_tokenize(app, tokenizer, text_file, max_length) -> int:
+def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
     import json
 
     from targets import app_tokenize as at
@@ -453,6 +453,8 @@ def _app_tokenize(app, tokenizer, text_file, max_length) -> int:
     text = opts.existing_file("text-file", text_file)
     limit = "default" if max_length is None else (
         None if str(max_length).strip() == "none" else opts.integer("max-length", max_length, 1, 2**31 - 1))
-    rows = at.app_tokenize(app, tok, text, limit, log=lambda m: print(m, file=sys.stderr, flush=True))
+    # the compile's progress only with --verbose: stderr stays one line on an error
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if verbose else (lambda m: None)
+    rows = at.app_tokenize(app, tok, text, limit, log=log)
     sys.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
     return 0
