@@ -29,7 +29,7 @@ _POOLS = [(0x20, 0x7E), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x52F), (0x590, 0
 
 def corpus() -> list[tuple[str, str]]:
     """(label, query) per corpus line."""
-    text = CORPUS.read_text(encoding="utf-8")
+    text = CORPUS.read_bytes().decode("utf-8")  # not read_text: its universal newlines would split at "\r"
     return [tuple(line.split("\t", 1)) for line in text.removesuffix("\n").split("\n")]
 
 

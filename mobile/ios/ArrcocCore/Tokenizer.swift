@@ -71,7 +71,7 @@ public struct Tokenizer {
         case let .wordPiece(normalizer, wordPiece):
             return bertWords(normalizer.normalize(scalars)).flatMap { wordPiece.word($0) }
         case let .bpe(nfc, bpe):
-            let text = nfc ? string(scalars).precomposedStringWithCanonicalMapping : string(scalars)
+            let text = nfc ? normalized(string(scalars), \.precomposedStringWithCanonicalMapping) : string(scalars)
             return QwenSplit.pieces(text.unicodeScalars.map { $0.value }).flatMap { bpe.word(utf8($0)) }
         }
     }
@@ -205,6 +205,26 @@ private func string(_ scalars: [UInt32]) -> String {
 
 private func utf8(_ scalars: [UInt32]) -> [UInt8] { Array(string(scalars).utf8) }
 
+/// Foundation's NFC or NFD of `text`, checked: swift-corelibs-foundation (Linux) composes a code point
+/// past U+FFFF by its low 16 bits (U+E0067 + U+0301 became U+01F5 "ǵ"), so a result that is not
+/// canonically equivalent to the input (Swift's String == is canonical equivalence, by the standard
+/// library's own tables) is redone with every such starter left as it is and the text between
+/// normalized alone (composition with one of them, as in Kaithi, is then not made: mobile/README.md).
+func normalized(_ text: String, _ form: (String) -> String) -> String {
+    let out = form(text)
+    if out == text { return out }
+    var result = "", run = String.UnicodeScalarView()
+    for scalar in text.unicodeScalars {
+        if scalar.value > 0xFFFF && scalar.properties.canonicalCombiningClass == .notReordered {
+            result += form(String(run)) + String(Character(scalar))
+            run = String.UnicodeScalarView()
+        } else {
+            run.append(scalar)
+        }
+    }
+    return result + form(String(run))
+}
+
 /// Unicode classes as the Rust crate decides them: White_Space by its (stable) list, the rest from
 /// UnicodeTables.swift, generated from the crate, so a device's Unicode version changes nothing.
 enum UnicodeClass {
@@ -243,7 +263,8 @@ struct BertNormalizer {
         }
         if chineseChars { s = s.flatMap { Self.isChineseChar($0) ? [0x20, $0, 0x20] : [$0] } }
         if stripAccents {
-            s = string(s).decomposedStringWithCanonicalMapping.unicodeScalars.map { $0.value }.filter { !UnicodeClass.isNonspacingMark($0) }
+            s = normalized(string(s), \.decomposedStringWithCanonicalMapping).unicodeScalars.map { $0.value }
+                .filter { !UnicodeClass.isNonspacingMark($0) }
         }
         if lowercase {
             // per code point, full mapping (U+0130 -> "i\u{307}"), no context: as Rust's char::to_lowercase
