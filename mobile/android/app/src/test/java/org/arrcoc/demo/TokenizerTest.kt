@@ -26,7 +26,8 @@ class TokenizerTest {
         for (c in 0 until cases.length()) {
             val case = cases.getJSONObject(c)
             val maxLength = if (case.isNull("max_length")) null else case.getInt("max_length")
-            val tokenizer = Tokenizer.fromJson(File(dir, case.getString("tokenizer")).readText(), maxLength)
+            val file = File(case.getString("tokenizer")).let { if (it.isAbsolute) it else File(dir, it.path) }
+            val tokenizer = Tokenizer.fromJson(file.readText(), maxLength)
             assertEquals(case.getString("kind"), tokenizer.kind)
             assertEquals(maxLength, tokenizer.maxLength)
             val expected = case.getJSONArray("ids")
