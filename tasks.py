@@ -181,6 +181,20 @@ def train(c, out=None, steps=None, seed=None, verbose=False):
     _exit(cli.train(out, steps, seed, verbose))
 
 
+@task(name="app-tokenize", help={
+    "app": "android or ios: whose tokenizer code to run (compiled as `invoke build` compiles it)",
+    "tokenizer": "a tokenizer.json (all-MiniLM-L6-v2's or Qwen3's)",
+    "text_file": "UTF-8 text, one query per line (split on \\n only; an empty line is an empty query)",
+    "max_length": "ids per query, special tokens included, or none (default: the Python encoder's: "
+                  "256 for WordPiece, none for byte-level BPE)",
+    "verbose": VERBOSE})
+def app_tokenize(c, app=None, tokenizer=None, text_file=None, max_length=None, verbose=False):
+    """Print the ids an app's own tokenizer gives each line of a text file, one JSON array per line."""
+    from pipeline import cli
+
+    _exit(cli.app_tokenize(app, tokenizer, text_file, max_length, verbose))
+
+
 @task
 def test(c):
     """Run the test suite (same as scripts/test.sh, without the set-up step)."""

@@ -524,3 +524,29 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
 
     return guarded(run, verbose, "train")
+
+
+def app_tokenize(app, tokenizer, text_file, max_length, verbose: bool = False) -> int:
+    """`invoke app-tokenize`: an app's own tokenizer code on each line of a text file, one JSON
+    array of ids per line (targets/app_tokenize.py)."""
+    return guarded(lambda: _app_tokenize(app, tokenizer, text_file, max_length, verbose), verbose, "app-tokenize")
+
+
+def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
+    import json
+
+    from targets import app_tokenize as at
+
+    from .errors import InputError
+
+    if app not in at.APPS:
+        raise InputError(f"--app {app!r} is not android or ios", "pass --app android or --app ios")
+    tok = opts.existing_file("tokenizer", tokenizer)
+    text = opts.existing_file("text-file", text_file)
+    limit = "default" if max_length is None else (
+        None if str(max_length).strip() == "none" else opts.integer("max-length", max_length, 1, 2**31 - 1))
+    # the compile's progress only with --verbose: stderr stays one line on an error
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if verbose else (lambda m: None)
+    rows = at.app_tokenize(app, tok, text, limit, log=log)
+    sys.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+    return 0

@@ -6,8 +6,8 @@ reach), so this compiles EVERY Kotlin file of mobile/android (main, test, androi
 and ExecuTorch Android API (mobile/android/jvm-stubs/), then runs the app's JUnit 4 tests
 (app/src/test) on a plain JVM against the bundle the android stage has just staged: contract
 parsing, the golden reader, the parity metrics and gate equal to pipeline/parity.py's (on the .pte
-outputs of ExecuTorch's Python runtime and on perturbed copies), and the EXIF re-indexing equal to
-PIL's. The toolchain comes from scripts/setup.d/40-android-jvm.sh; when it is missing the record
+outputs of ExecuTorch's Python runtime and on perturbed copies), the EXIF re-indexing equal to
+PIL's, and the typed-query tokenizer equal to Python's `tokenizers` (targets/tokenizer_cases.py). The toolchain comes from scripts/setup.d/40-android-jvm.sh; when it is missing the record
 says "not run" with the command that installs it.
 
 `app_build(assets, runners)` returns the manifest's `app_build` record, or raises GateError on a
@@ -35,7 +35,7 @@ from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
 
-from . import private_cache
+from . import private_cache, tokenizer_cases
 from .mobile_contract import pil_upright
 
 REPO = Path(__file__).resolve().parent.parent
@@ -389,6 +389,7 @@ def app_build(assets: Path, contract: dict, runners: Callable[[], dict[str, Call
         fixtures = Path(tmp) / "fixtures"
         cases = write_parity_fixtures(fixtures / "parity", assets, contract, runners())
         write_exif_fixtures(fixtures / "exif")
+        tokenizer_cases.write_cases(fixtures / "tokenizer", copy_tokenizers=False)  # TokenizerTest
         result = run_tests(tc, classes, assets, fixtures)
         parity = check_kotlin_metrics(fixtures, cases)
     end = time.monotonic()

@@ -8,7 +8,8 @@
    photo with PIL's `ImageOps.exif_transpose` of it for all eight EXIF orientations;
 2. runs `swift test` on mobile/ios/Package.swift (ArrcocCore + CoreTests) against the staged bundle
    (ARRCOC_IOS_RESOURCES), the tests asserting Python's numbers themselves and writing their own
-   (ARRCOC_IOS_REPORT), which are compared here once more;
+   (ARRCOC_IOS_REPORT), which are compared here once more, and the tokenizer's tests against
+   Python's ids (ARRCOC_IOS_TOKENIZER_CASES, targets/tokenizer_cases.py);
 3. returns the `app_build` record for the manifest.
 
 Swift: the host's own `swift` when it works (macOS, a swift.org install); else Debian trixie's
@@ -43,11 +44,12 @@ from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
 
+from . import tokenizer_cases
 from .mobile_contract import pil_upright
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "mobile" / "ios"
-CORE_SOURCES = ("Package.swift", "ArrcocCore", "CoreTests")
+CORE_SOURCES = ("Package.swift", "ArrcocCore", "CoreTests", "TokenizeCLI")
 SHELL_SOURCES = ("ArrcocDemo", "Tests")  # CoreML / UIKit / SwiftUI: parsed only
 CHECKS = {"json": "core_checks.json", "bin": "core_checks.bin"}
 CHROOT = Path(os.environ.get("ARRCOC_SWIFT_CHROOT", "/var/cache/arrcoc-edge/swift-trixie"))
@@ -348,6 +350,7 @@ def _stage_package(work: Path, resources: Path) -> None:
             shutil.copy2(src, work / name)
     shutil.copytree(resources, work / "resources", ignore=shutil.ignore_patterns("*.mlpackage"))
     (work / "report").mkdir()
+    tokenizer_cases.write_cases(work / "tokenizer_cases", copy_tokenizers=True)  # for TokenizerTests
 
 
 def first_error(text: str) -> str:
@@ -429,7 +432,8 @@ def _compile_and_test(swift: Swift, work: Path, resources: Path, log, keep_repor
             raise GateError(f"swiftc -parse of the app shell failed: {first_error(parse.stdout)}",
                             "fix the Swift syntax in mobile/ios/ArrcocDemo or mobile/ios/Tests")
         proc = swift.run(f"cd '{w}' && swift build --build-tests 2>&1 && swift test --skip-build 2>&1",
-                         {"ARRCOC_IOS_RESOURCES": f"{w}/resources", "ARRCOC_IOS_REPORT": f"{w}/report"})
+                         {"ARRCOC_IOS_RESOURCES": f"{w}/resources", "ARRCOC_IOS_REPORT": f"{w}/report",
+                          "ARRCOC_IOS_TOKENIZER_CASES": f"{w}/tokenizer_cases"})
         results = test_results(proc.stdout)
         if proc.returncode or results.pop("failed_names") or not results["run"]:
             what = "swift test" if results["run"] else "swift build"
