@@ -231,6 +231,25 @@ def check_files(data: dict, folder: Path) -> list[str]:
     return [f"contract.json matches {len(checked)} artifact file(s) by name, bytes and sha256"]
 
 
+def check_typed_text_files(data: dict, folder: Path) -> list[str]:
+    """The tokenizer and encoder typed_text names are in `folder` with the recorded bytes and sha256."""
+    typed = data.get("typed_text") or {}
+    if not typed.get("supported"):
+        return []
+    problems = []
+    for part in ("tokenizer", "encoder"):
+        entry = typed[part]
+        path = Path(folder) / entry["file"]
+        if not path.is_file():
+            problems.append(f"typed_text {part} {entry['file']} missing")
+        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            problems.append(f"typed_text {part} {entry['file']} differs from the contract (bytes/sha256)")
+    if problems:
+        raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
+                          "rebuild the target so the contract is rewritten with its files")
+    return [f"typed_text: {typed['tokenizer']['file']} and {typed['encoder']['file']} match by name, bytes and sha256"]
+
+
 def bundle_allowance(cfg, split, crops: int = 2) -> int:
     """Bytes for what the app carries besides its models, computed from the golden split the bundle
     is written from (pipeline.golden.bundle_samples): the uint8 photos as stored ([1,H,W,3], 1 byte
