@@ -152,13 +152,12 @@ def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
                       f"{table.origin}; tokenizer: {origin})", "items": items, "note": None}
 
 
-# Why the sample apps take presets only: the contract says so instead of leaving users to guess.
+# Why an app takes presets only: the contract says so instead of leaving users to guess (the android
+# stage replaces it with the encoder it verified, or with why it has none).
 TYPED_TEXT = {
     "supported": False,
-    "why": ("the apps carry no tokenizer: typed text needs the checkpoint's tokenizer.json read by a maintained "
-            "Kotlin/Swift library (e.g. swift-transformers' Tokenizers on iOS, DJL's HuggingFace tokenizers on "
-            "Android) and the text-encoder artifact in the app's runtime; neither can be compiled or run on the "
-            "build host, so it is not shipped untested"),
+    "why": ("no tokenizer and query encoder were built for this app: the android stage ships them when its "
+            "encoder passes its gate (targets/app_encoder.py); the iOS app has no CoreML/Swift query encoder yet"),
     "encoder": "the text-encoder target's files (its manifest entry) are what such an app would use; "
                "the page (web target) answers typed queries with them",
 }
