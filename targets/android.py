@@ -41,7 +41,7 @@ from pipeline.golden import write_bundle
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import android_app, mobile_contract
+from . import android_app, app_encoder, mobile_contract
 from .mobile_contract import bundle_allowance, copy_to_app, write_sample
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def artifact_entry(report) -> dict:
 def check_bundle(data: dict, folder: Path) -> list[str]:
     """contract.json vs the files in `folder`: every .pte by name, bytes and sha256, the golden
     bundle and the sample photo."""
-    checks = mobile_contract.check_files(data, folder)
+    checks = mobile_contract.check_files(data, folder) + mobile_contract.check_typed_text_files(data, folder)
     sample = data["app"]["sample_image"]
     if not (Path(folder) / sample).is_file():
         raise ExportError(f"contract.json names the sample photo {sample}, which is missing",
@@ -102,6 +102,7 @@ class AndroidTarget(Target):
     modules = ("executorch",)
     capability = "an Android device or emulator (Android SDK, adb)"
     depends_on = ("executorch",)
+    uses = ("text-encoder",)  # arr-coc-0-1's encoder form, for typed queries (targets/app_encoder.py)
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         upstream = ctx.upstream["executorch"]
@@ -114,7 +115,9 @@ class AndroidTarget(Target):
             artifacts[report.variant.name] = {**artifact_entry(report), "path": staged}
         primary = upstream.primary
         default = primary.variant.name
+        typed_text, encoder = self._typed_text(ctx)
         budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg, ctx.golden.heldout)
+        budget += encoder.budget if encoder is not None else 0
         # The bundle records the default .pte's parity gate and the numbers the executorch stage
         # measured on the very same bytes (sha256 in contract.json), where that gate was held;
         # this stage itself holds the bundle's size (no Android runtime here).
@@ -126,6 +129,7 @@ class AndroidTarget(Target):
         write_sample(ctx, ctx.staging)
         data = mobile_contract.contract(cfg, artifacts, golden=dict(mobile_contract.GOLDEN_FILES),
                                         presets=mobile_contract.presets_for_build(ctx))
+        data["typed_text"] = typed_text
         data["app"] = {
             "platform": "android", "default_artifact": default, "sample_image": mobile_contract.SAMPLE_IMAGE,
             "sample_golden": mobile_contract.SAMPLE_GOLDEN,
@@ -147,10 +151,30 @@ class AndroidTarget(Target):
                   "runtime_maven": data["app"]["runtime_maven"],
                   "parity_from": f"executorch stage, {default} .pte ({primary.runtime})",
                   "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"],
+                  "typed_text": app_encoder.typed_text_summary(data["typed_text"]),
                   "app_build": app_build, "app_build_detail": app_build_detail},
         )
         self._publish_to_app(ctx, variant, data)
         return [variant]
+
+    @staticmethod
+    def _typed_text(ctx: BuildContext):
+        """contract.json's typed_text and the query encoder it names (targets/app_encoder.py), verified
+        in ExecuTorch's runtime: supported only when it passed its gate; an encoder that failed
+        leaves no file behind and the reason in typed_text.why (presets stay the way to query)."""
+        encoder, why = app_encoder.android_encoder(ctx)
+        if encoder is not None and not encoder.passed:
+            why = f"the {encoder.kind} {encoder.variant} encoder .pte failed its gate: {', '.join(encoder.failures)}"
+            for path in encoder.files:
+                path.unlink()
+            encoder = None
+        if encoder is None:
+            ctx.log(f"[android] typed queries: not supported ({why})")
+            return {**mobile_contract.TYPED_TEXT, "why": why}, None
+        runtime = f"ExecuTorch Android ({ANDROID_RUNTIME}:{executorch_version()}), XNNPACK + portable kernels"
+        typed_text = app_encoder.typed_text_entry(encoder, ctx.config.query_dim, runtime)
+        typed_text["encoder"]["info"] = encoder.info
+        return typed_text, encoder
 
     @staticmethod
     def _pte_runners(ctx: BuildContext, data: dict) -> dict:

@@ -154,13 +154,12 @@ def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
                       f"{table.origin}; tokenizer: {origin})", "items": items, "note": None}
 
 
-# Why the sample apps take presets only: the contract says so instead of leaving users to guess.
+# Why an app takes presets only: the contract says so instead of leaving users to guess (the android
+# stage replaces it with the encoder it verified, or with why it has none).
 TYPED_TEXT = {
     "supported": False,
-    "why": ("the apps carry no tokenizer: typed text needs the checkpoint's tokenizer.json read by a maintained "
-            "Kotlin/Swift library (e.g. swift-transformers' Tokenizers on iOS, DJL's HuggingFace tokenizers on "
-            "Android) and the text-encoder artifact in the app's runtime; neither can be compiled or run on the "
-            "build host, so it is not shipped untested"),
+    "why": ("no tokenizer and query encoder were built for this app: the android stage ships them when its "
+            "encoder passes its gate (targets/app_encoder.py); the iOS app has no CoreML/Swift query encoder yet"),
     "encoder": "the text-encoder target's files (its manifest entry) are what such an app would use; "
                "the page (web target) answers typed queries with them",
 }
@@ -231,6 +230,25 @@ def check_files(data: dict, folder: Path) -> list[str]:
         raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
                           "rebuild the target so the contract is rewritten with its artifacts")
     return [f"contract.json matches {len(checked)} artifact file(s) by name, bytes and sha256"]
+
+
+def check_typed_text_files(data: dict, folder: Path) -> list[str]:
+    """The tokenizer and encoder typed_text names are in `folder` with the recorded bytes and sha256."""
+    typed = data.get("typed_text") or {}
+    if not typed.get("supported"):
+        return []
+    problems = []
+    for part in ("tokenizer", "encoder"):
+        entry = typed[part]
+        path = Path(folder) / entry["file"]
+        if not path.is_file():
+            problems.append(f"typed_text {part} {entry['file']} missing")
+        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            problems.append(f"typed_text {part} {entry['file']} differs from the contract (bytes/sha256)")
+    if problems:
+        raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
+                          "rebuild the target so the contract is rewritten with its files")
+    return [f"typed_text: {typed['tokenizer']['file']} and {typed['encoder']['file']} match by name, bytes and sha256"]
 
 
 def bundle_allowance(cfg, split, crops: int = 2) -> int:

@@ -21,6 +21,9 @@ abstract class Tensor internal constructor(shape: LongArray) {
         fun fromBlob(data: FloatArray, shape: LongArray): Tensor = TODO("compile-only stub")
 
         @JvmStatic
+        fun fromBlob(data: LongArray, shape: LongArray): Tensor = TODO("compile-only stub")
+
+        @JvmStatic
         fun fromBlobUnsigned(data: ByteBuffer, shape: LongArray): Tensor = TODO("compile-only stub")
     }
 }

@@ -31,16 +31,20 @@ fun Contract.goldenBundle(context: Context): GoldenBundle = GoldenBundle(
  * An artifact as a plain file (Module.load takes a path, and APK assets are not files): copied
  * once into the app's files folder, then checked against the contract's bytes and sha256.
  */
-fun Contract.artifactFile(context: Context, entry: ArtifactEntry): File {
-    val dest = File(context.filesDir, "models/${entry.sha256.take(16)}-${entry.file}")
-    if (!dest.isFile || dest.length() != entry.bytes) {
+fun Contract.artifactFile(context: Context, entry: ArtifactEntry): File =
+    checkedFile(context, entry.file, entry.bytes, entry.sha256)
+
+/** Any asset the contract names with its bytes and sha256 (a .pte, tokenizer.json), as a checked plain file. */
+fun Contract.checkedFile(context: Context, file: String, bytes: Long, sha256: String): File {
+    val dest = File(context.filesDir, "models/${sha256.take(16)}-$file")
+    if (!dest.isFile || dest.length() != bytes) {
         dest.parentFile?.mkdirs()
         val tmp = File(dest.path + ".tmp")
-        openAsset(context, entry.file).use { input -> tmp.outputStream().use { input.copyTo(it) } }
+        openAsset(context, file).use { input -> tmp.outputStream().use { input.copyTo(it) } }
         check(tmp.renameTo(dest)) { "could not write ${dest.path}" }
     }
     try {
-        checkArtifactBytes(entry, dest.length(), dest.inputStream().use { sha256Hex(it) })
+        checkFileBytes(file, bytes, sha256, dest.length(), dest.inputStream().use { sha256Hex(it) })
     } catch (e: ContractException) {
         dest.delete()
         throw e

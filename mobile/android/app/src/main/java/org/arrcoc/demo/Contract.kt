@@ -77,6 +77,36 @@ data class GoldenFiles(val json: String, val bin: String)
 /** sampleImage: the bundled photo; sampleGolden: the golden sample it is (same bytes once decoded). */
 data class AppInfo(val defaultArtifact: String, val sampleImage: String, val sampleGolden: String)
 
+/** typed_text.tokenizer: the build's tokenizer.json and how the encoder wants its ids. */
+data class TokenizerSpec(
+    val file: String,
+    val bytes: Long,
+    val sha256: String,
+    /** "wordpiece" (all-MiniLM-L6-v2) or "bpe-bytelevel" (Qwen3): Tokenizer.kind must say the same. */
+    val kind: String,
+    val addSpecialTokens: Boolean,
+    /** Where the tokenizer cuts (MiniLM: 256, [SEP] kept last); null: it never cuts. */
+    val maxLength: Int?,
+)
+
+/** typed_text.encoder: the query encoder .pte, token ids -> the query embedding. */
+data class EncoderSpec(
+    val file: String,
+    val bytes: Long,
+    val sha256: String,
+    val kind: String,
+    val method: String,
+    /** int64 ids: [1, tokens] (MiniLM) or [tokens] (arr-coc-0-1's token mean). */
+    val input: TensorSpec,
+    /** float32 [1, query_dim]. */
+    val output: TensorSpec,
+    val minLength: Int,
+    val maxLength: Int,
+)
+
+/** contract.json's typed_text: what a typed query runs through, or why the app takes presets only. */
+data class TypedText(val supported: Boolean, val why: String?, val tokenizer: TokenizerSpec?, val encoder: EncoderSpec?)
+
 class Contract(
     val version: Int,
     val model: ModelInfo,
@@ -85,6 +115,7 @@ class Contract(
     val golden: GoldenFiles,
     val presets: Presets,
     val app: AppInfo,
+    val typedText: TypedText,
 ) {
     companion object {
         /** The one asset name the app knows; everything else comes from inside it. */
@@ -132,6 +163,7 @@ class Contract(
                 GoldenFiles(g.getString("json"), g.getString("bin")),
                 presets,
                 AppInfo(a.getString("default_artifact"), a.getString("sample_image"), a.getString("sample_golden")),
+                typedText(o.getJSONObject("typed_text"), model.queryDim),
             )
             if (contract.app.defaultArtifact !in artifacts) {
                 throw ContractException("default_artifact ${contract.app.defaultArtifact} is not among the artifacts")
@@ -158,6 +190,36 @@ class Contract(
                 outputs = tensors(e.getJSONArray("outputs")),
                 squareMethod = if (e.has("square_method") && !e.isNull("square_method")) e.getString("square_method") else null,
             )
+        }
+
+        private fun typedText(t: JSONObject, queryDim: Int): TypedText {
+            if (!t.getBoolean("supported")) return TypedText(false, t.optString("why"), null, null)
+            val tok = t.getJSONObject("tokenizer")
+            val enc = t.getJSONObject("encoder")
+            val tokenizer = TokenizerSpec(
+                file = tok.getString("file"),
+                bytes = tok.getLong("bytes"),
+                sha256 = tok.getString("sha256"),
+                kind = tok.getString("kind"),
+                addSpecialTokens = tok.getBoolean("add_special_tokens"),
+                maxLength = if (tok.isNull("max_length")) null else tok.getInt("max_length"),
+            )
+            val encoder = EncoderSpec(
+                file = enc.getString("file"),
+                bytes = enc.getLong("bytes"),
+                sha256 = enc.getString("sha256"),
+                kind = enc.getString("kind"),
+                method = enc.getString("method"),
+                input = tensors(enc.getJSONArray("inputs")).single(),
+                output = tensors(JSONArray().put(enc.getJSONObject("output"))).single(),
+                minLength = enc.getInt("min_length"),
+                maxLength = enc.getInt("max_length"),
+            )
+            if (encoder.input.dtype != "int64" || encoder.output.dtype != "float32" || encoder.output.numelPerSample != queryDim) {
+                throw ContractException("typed_text encoder takes ${encoder.input.dtype} and gives ${encoder.output.dtype} " +
+                    "${encoder.output.shape}; the app feeds int64 ids and reads float32 [1, $queryDim]")
+            }
+            return TypedText(true, null, tokenizer, encoder)
         }
 
         private fun tensors(list: JSONArray): List<TensorSpec> = (0 until list.length()).map { i ->
@@ -190,8 +252,12 @@ fun sha256Hex(input: InputStream): String {
 }
 
 /** The artifact a file holds is the one the contract names only if its size and sha256 agree. */
-fun checkArtifactBytes(entry: ArtifactEntry, length: Long, sha256: String) {
-    if (length != entry.bytes || sha256 != entry.sha256) {
-        throw ContractException("${entry.file} differs from contract.json (bytes/sha256): rebuild the app's assets")
+fun checkArtifactBytes(entry: ArtifactEntry, length: Long, sha256: String) =
+    checkFileBytes(entry.file, entry.bytes, entry.sha256, length, sha256)
+
+/** Any file the contract names (a .pte, tokenizer.json) by its recorded bytes and sha256. */
+fun checkFileBytes(file: String, bytes: Long, sha: String, length: Long, sha256: String) {
+    if (length != bytes || sha256 != sha) {
+        throw ContractException("$file differs from contract.json (bytes/sha256): rebuild the app's assets")
     }
 }

@@ -1,5 +1,8 @@
-// One screen, plain Views: bundled sample or a picked photo, a preset query, a model variant; the
+// One screen, plain Views: bundled sample or a picked photo, a typed query (when the build shipped
+// the tokenizer and query encoder: contract.json typed_text) or a preset query, a model variant; the
 // relevance heatmap with the top-K patches outlined, and the weights of the three ways of knowing.
+// A typed query goes tokenizer -> encoder .pte -> relevance .pte, each step timed; the presets'
+// embeddings need neither and stay the fallback.
 // "Self-check" runs the golden bundle through every artifact on this device (as GoldenParityTest).
 package org.arrcoc.demo
 
@@ -17,6 +20,7 @@ import android.view.View
 import android.widget.AdapterView
 import android.widget.ArrayAdapter
 import android.widget.Button
+import android.widget.EditText
 import android.widget.LinearLayout
 import android.widget.Spinner
 import android.widget.TextView
@@ -38,6 +42,8 @@ class MainActivity : ComponentActivity() {
     private var photo: Photo? = null  // the photo as the model takes it
     private var artifactKey: String? = null
     private var presetIndex = 0
+    private var typed: String? = null  // the typed query in use; null: the chosen preset
+    private var encoder: QueryEncoder? = null // touched on the worker thread only
 
     private lateinit var status: TextView
     private lateinit var weights: TextView
@@ -56,6 +62,11 @@ class MainActivity : ComponentActivity() {
         val photoButton = Button(this).apply { text = "Photo…" }
         val checkButton = Button(this).apply { text = "Self-check" }
         listOf(sampleButton, photoButton, checkButton).forEach { buttons.addView(it) }
+        val queryField = EditText(this).apply { hint = "Type a query…"; setSingleLine(true) }
+        val askButton = Button(this).apply { text = "Ask" }
+        val typedRow = LinearLayout(this).apply { orientation = LinearLayout.HORIZONTAL }
+        typedRow.addView(queryField, LinearLayout.LayoutParams(0, LinearLayout.LayoutParams.WRAP_CONTENT, 1f))
+        typedRow.addView(askButton)
         val querySpinner = Spinner(this)
         val modelSpinner = Spinner(this)
         status = TextView(this)
@@ -63,6 +74,7 @@ class MainActivity : ComponentActivity() {
         heatmap = HeatmapView(this)
         root.addView(buttons)
         root.addView(label("Query"))
+        root.addView(typedRow)
         root.addView(querySpinner)
         root.addView(label("Model"))
         root.addView(modelSpinner)
@@ -81,12 +93,19 @@ class MainActivity : ComponentActivity() {
         contract = c
         artifactKey = c.app.defaultArtifact
 
-        if (c.presets.items.isEmpty()) {
+        if (c.presets.items.isEmpty() && !c.typedText.supported) {
             status.text = "No preset queries in contract.json: ${c.presets.note}"
             listOf(sampleButton, photoButton).forEach { it.isEnabled = false }
         }
         querySpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_dropdown_item, c.presets.items.map { it.text })
-        querySpinner.onItemSelectedListener = onSelect { presetIndex = it; infer() }
+        querySpinner.onItemSelectedListener = onSelect { presetIndex = it; typed = null; infer() }
+        if (c.typedText.supported) {
+            askButton.setOnClickListener { typed = queryField.text.toString(); infer() }
+        } else {
+            // presets only: the build says why (contract.json typed_text.why)
+            listOf(queryField, askButton).forEach { it.isEnabled = false }
+            queryField.hint = "Presets only: ${c.typedText.why}"
+        }
         val keys = c.artifacts.keys.toList()
         modelSpinner.adapter = ArrayAdapter(this, android.R.layout.simple_spinner_dropdown_item,
             keys.map { "$it (${c.artifacts.getValue(it).file}, ${c.artifacts.getValue(it).bytes / 1024} KB)" })
@@ -108,7 +127,7 @@ class MainActivity : ComponentActivity() {
     }
 
     override fun onDestroy() {
-        worker.execute { model?.close(); model = null }
+        worker.execute { model?.close(); model = null; encoder?.close(); encoder = null }
         worker.shutdown()
         super.onDestroy()
     }
@@ -157,26 +176,34 @@ class MainActivity : ComponentActivity() {
         return if (m.isIdentity) bitmap else Bitmap.createBitmap(bitmap, 0, 0, bitmap.width, bitmap.height, m, true)
     }
 
-    /** Preprocess the current photo, run the chosen model with the chosen preset query, draw. */
+    /** Preprocess the current photo, run the chosen model with the typed or preset query, draw. */
     private fun infer() {
         val c = contract ?: return
         val input = photo ?: return
         val display = shown ?: return
         val key = artifactKey ?: return
-        val preset = c.presets.items.getOrNull(presetIndex) ?: return
+        val text = typed
+        val preset = c.presets.items.getOrNull(presetIndex)
+        if (text == null && preset == null) return
         status.text = "Running $key…"
         worker.execute {
             try {
                 val m = model ?: RelevanceModel.open(this, c, key).also { model = it }
+                // a typed query: tokenizer -> encoder .pte, timed; a preset: its stored embedding
+                val encoded = text?.let { (encoder ?: QueryEncoder.open(this, c).also { e -> encoder = e }).encode(it) }
+                val query = encoded?.embedding ?: preset!!.embedding
                 val start = System.nanoTime()
-                val p = m.predict(input, preset.embedding)
+                val p = m.predict(input, query)
                 val ms = (System.nanoTime() - start) / 1e6
+                val timing = if (encoded == null) String.format(Locale.US, "%.1f ms", ms)
+                else String.format(Locale.US, "%d tokens, tokenize %.1f + encode %.1f + relevance %.1f = %.1f ms",
+                    encoded.ids.size, encoded.tokenizeMs, encoded.encodeMs, ms, encoded.tokenizeMs + encoded.encodeMs + ms)
                 runOnUiThread {
                     heatmap.show(display, input.width, input.height, p, c.model.grid)
                     weights.text = c.model.weightsOrder.zip(p.weights.toList())
                         .joinToString("   ") { (n, w) -> String.format(Locale.US, "%s %.2f", n, w) }
-                    status.text = String.format(Locale.US, "%s: %.1f ms (ExecuTorch, %s); red = relevance, yellow = top-%d",
-                        preset.text, ms, m.entry.file, c.model.topK)
+                    status.text = String.format(Locale.US, "“%s”: %s (ExecuTorch, %s); red = relevance, yellow = top-%d",
+                        text ?: preset!!.text, timing, m.entry.file, c.model.topK)
                 }
             } catch (e: Exception) {
                 runOnUiThread { status.text = "Inference failed: ${e.message}" }

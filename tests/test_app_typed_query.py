@@ -1,0 +1,129 @@
+"""A typed query through the Android app's path, end to end on the golden photo (issue 38):
+the app's tokenizer ids -> the query encoder .pte in ExecuTorch's runtime -> the relevance .pte,
+against `invoke predict --query` on the same photo. For the shipped checkpoint (all-MiniLM-L6-v2) and
+for a reference checkpoint built with --base-model (arr-coc-0-1's token-embedding mean).
+
+The ids are the app tokenizer's through `invoke app-tokenize` once that task exists (issue 38 part 4);
+until then Python's `tokenizers` on the shipped tokenizer.json stands in, with the special tokens and
+truncation contract.json names (and they are checked to be pipeline/text_encoder's for MiniLM)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from conftest import REPO, run_cli, write_reference_checkpoint
+from qwen_fixtures import write_snapshot
+
+QUERIES = ("where is the cat?", "the cat's eyes", "text and writing", "猫在哪里？", "Où est le chat ?",
+           "a furry animal lying on the floor " * 60)  # the last one is past MiniLM's 256 ids
+
+
+def app_tokenize_exists() -> bool:
+    return re.search(r"^def app_tokenize\(", (REPO / "tasks.py").read_text(), re.M) is not None
+
+
+def app_ids(typed: dict, folder: Path, texts: list[str], tmp: Path) -> list[list[int]]:
+    """The ids the app gives each text: its own tokenizer through `invoke app-tokenize` when the task
+    exists, else Python's `tokenizers` with the contract's special tokens and truncation."""
+    tok = typed["tokenizer"]
+    if app_tokenize_exists():
+        lines = tmp / "queries.txt"
+        lines.write_text("\n".join(texts), encoding="utf-8")
+        proc = run_cli("app-tokenize", "--app", "android", "--tokenizer", str(folder / tok["file"]), "--text-file", str(lines))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / tok["file"]))
+    tokenizer.no_padding()
+    if tok["max_length"] is not None:
+        tokenizer.enable_truncation(tok["max_length"])
+    else:
+        tokenizer.no_truncation()
+    return [tokenizer.encode(t, add_special_tokens=tok["add_special_tokens"]).ids for t in texts]
+
+
+def through_the_app(app: Path, ids: list[int]) -> tuple[dict, float]:
+    """ids -> encoder .pte -> relevance .pte (the contract's default artifact) on the sample photo,
+    in ExecuTorch's runtime; returns the relevance outputs and the encoder call's milliseconds."""
+    from executorch.runtime import Runtime
+    from PIL import Image
+
+    from pipeline.model import OUTPUT_NAMES
+
+    data = json.loads((app / "contract.json").read_text())
+    enc = data["typed_text"]["encoder"]
+    shape = [len(ids) if d == "tokens" else d for d in enc["inputs"][0]["shape"]]
+    encoder = Runtime.get().load_program(str(app / enc["file"])).load_method(enc["method"])
+    start = time.perf_counter()
+    query = encoder.execute([torch.tensor(ids, dtype=torch.long).reshape(shape)])[0].numpy().reshape(1, -1).copy()
+    ms = (time.perf_counter() - start) * 1000.0
+    relevance = data["artifacts"][data["app"]["default_artifact"]]
+    model = Runtime.get().load_program(str(app / relevance["file"])).load_method("forward")
+    photo = np.asarray(Image.open(app / data["app"]["sample_image"]).convert("RGB"))[None]
+    outs = model.execute([torch.from_numpy(np.ascontiguousarray(photo)), torch.from_numpy(query)])
+    return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}, ms
+
+
+def build(tmp: Path, *extra: str) -> tuple[Path, Path]:
+    out, app = tmp / "out", tmp / "app" / "assets"
+    proc = run_cli("build", "--target", "android", *extra, "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(app)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, app
+
+
+def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
+    """Each query's top-K through the app's path equals `invoke predict --query` with the same
+    relevance .pte (--runtime executorch), on the sample photo (the golden whole photo)."""
+    data = json.loads((app / "contract.json").read_text())
+    typed = data["typed_text"]
+    assert typed["supported"] is True, typed.get("why")
+    assert typed["encoder"]["host_check"]["status"] == "verified"
+    manifest = json.loads((out / "manifest.json").read_text())["targets"]["android"]
+    assert manifest["variants"]["app-assets"]["info"]["typed_text"]["encoder"] == typed["encoder"]["file"]
+    ids = app_ids(typed, app, list(QUERIES), tmp)
+    times = []
+    for text, query_ids in zip(QUERIES, ids):
+        got, ms = through_the_app(app, query_ids)
+        times.append(ms)
+        proc = run_cli("predict", "--image", str(app / data["app"]["sample_image"]), "--query", text, "--runtime", "executorch",
+                       "--out", str(out), "--json", str(tmp / "p.json"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        want = json.loads((tmp / "p.json").read_text())
+        assert sorted(got["topk_indices"][0].tolist()) == sorted(want["topk_indices"]), text
+        assert np.abs(got["relevance"][0] - np.asarray(want["relevance"])).max() < typed["encoder"]["gate"]["max"].get(
+            "relevance_max_abs", 1e-2), text
+    return times
+
+
+def test_minilm_typed_query_selects_what_predict_selects(tmp_path):
+    from pipeline.text_encoder import tokenize
+
+    out, app = build(tmp_path)
+    typed = json.loads((app / "contract.json").read_text())["typed_text"]
+    assert typed["tokenizer"]["kind"] == "wordpiece" and typed["encoder"]["kind"] == "minilm"
+    # the stand-in ids are the Python encoder's own (special tokens, cut at 256 with [SEP] last)
+    ids = app_ids(typed, app, list(QUERIES), tmp_path)
+    assert ids == [tokenize([q])["input_ids"][0].tolist() for q in QUERIES]
+    assert len(ids[-1]) == 256
+    times = check_typed_queries(out, app, tmp_path)
+    print(f"MiniLM {typed['encoder']['variant']} encoder .pte: {typed['encoder']['bytes']} bytes, "
+          f"{np.median(times):.2f} ms median per query in ExecuTorch's runtime")
+
+
+def test_reference_checkpoint_typed_query_selects_what_predict_selects(tmp_path):
+    from pipeline import qwen_query as qq
+
+    snapshot = write_snapshot(tmp_path / "qwen", 64)
+    ckpt = write_reference_checkpoint(tmp_path / "ref.pt", 64)
+    out, app = build(tmp_path, "--checkpoint", str(ckpt), "--base-model", str(snapshot))
+    typed = json.loads((app / "contract.json").read_text())["typed_text"]
+    assert typed["tokenizer"]["kind"] == "bpe-bytelevel" and typed["encoder"]["kind"] == "qwen-token-mean"
+    tokenizer = qq.load_tokenizer(app / typed["tokenizer"]["file"])
+    assert app_ids(typed, app, list(QUERIES), tmp_path) == [qq.token_ids(tokenizer, q) for q in QUERIES]
+    check_typed_queries(out, app, tmp_path)
