@@ -387,7 +387,7 @@ class progress_bar:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("photos"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            console=Console(file=sys.stderr), transient=True,
+                            console=Console(file=sys.stderr, soft_wrap=True), transient=True,
                             redirect_stdout=sys.stdout.isatty(), redirect_stderr=True)
         self.bar.start()
         task = self.bar.add_task("photos", total=self.total)
