@@ -275,7 +275,9 @@ def folder_throughput(out: Path, heldout, count: int, log) -> dict:
 
 
 def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print,
-              photos: int = FOLDER_PHOTOS) -> dict:
+              photos: int = 0) -> dict:
+    """photos: how many photos the folder run takes (folder_throughput); 0 skips it (`invoke bench`
+    asks for FOLDER_PHOTOS unless --photos says otherwise)."""
     from .checkpoint import load_checkpoint
     from .golden import build_golden_set
     from .publish import build_lock, check_published, pinned, read_manifest, write_json_atomic
