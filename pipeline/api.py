@@ -19,7 +19,11 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+# pipeline.api is imported on the first use of build or load, never by `import pipeline`: these
+# module imports (torch among them) cost nothing on each call, where an import statement would
+from . import predict as pr
 from .errors import ArrcocError, InputError
+from .golden import check_photo_size, decode_image, load_photo
 
 TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
 
@@ -138,7 +142,6 @@ class Prediction:
 
     def heatmap(self):
         """PIL.Image: the photo with the relevance map, the top-K cells outlined and a legend."""
-        from .golden import load_photo
         from .overlay import heatmap
 
         pixels = load_photo(self._pixels) if isinstance(self._pixels, Path) else self._pixels
@@ -159,7 +162,6 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     its default; ExecuTorch's process-wide pool keeps its own)."""
     import targets as target_table
 
-    from . import predict as pr
     from .publish import output_path, pinned, read_manifest
 
     if runtime is not None and not isinstance(runtime, str):
@@ -210,8 +212,6 @@ class Model:
 
     def _predict_one(self, photo, query, timed: bool = False) -> Prediction:
         """timed: the median of pipeline.predict.TIMED_CALLS warm calls, as `invoke predict` prints."""
-        from . import predict as pr
-
         pixels, source = photo_pixels(photo)
         inputs = {"image": pixels[None], "query": self.query_vector(query)}
         if timed:
@@ -232,6 +232,9 @@ class Model:
             raise InputError(f"batch_size={batch_size!r} is not a whole number >= 1", "pass batch_size=8 (or 1)")
         vector = self.query_vector(query)
         limit = min(batch_size, self._runner.max_batch or batch_size)
+        if isinstance(photos, np.ndarray) and photos.ndim == 4:
+            yield from self._array_batches(photos, vector, limit, progress)
+            return
         with progress_bar(progress, photos) as advance:
             batch: list = []
             for photo in photos:
@@ -251,30 +254,42 @@ class Model:
                 batch.append((photo, pixels, source))
             yield from self._run_batch(batch, vector, on_error, advance)
 
-    def _run_batch(self, batch: list, vector: np.ndarray, on_error, advance) -> Iterator[Prediction]:
-        from . import predict as pr
+    def _array_batches(self, photos: np.ndarray, vector: np.ndarray, limit: int, progress: bool) -> Iterator[Prediction]:
+        """N photos of one size in one uint8 array [N, H, W, 3]: each batch is a slice of it (no
+        copy when the array is contiguous, as an app's frame buffer is)."""
+        if len(photos):
+            photo_pixels(photos[0])  # dtype, channels and size, checked once for all
+        with progress_bar(progress, photos) as advance:
+            for start in range(0, len(photos), limit):
+                images = photos[start:start + limit]
+                yield from self._run_batch([(None, pixels, None) for pixels in images], vector, None, advance, images)
 
+    def _run_batch(self, batch: list, vector: np.ndarray, on_error, advance, images=None) -> Iterator[Prediction]:
+        """One runtime call for photos of one size; a row with non-finite outputs is that photo's
+        error (raised, or given to on_error)."""
         if not batch:
             return
-        images = batch[0][1][None] if len(batch) == 1 else np.stack([pixels for _, pixels, _ in batch])
+        if images is None:
+            images = batch[0][1][None] if len(batch) == 1 else np.stack([pixels for _, pixels, _ in batch])
         outs, ms = self._call({"image": images, "query": np.repeat(vector, len(batch), axis=0)})
-        for i, (photo, pixels, source) in enumerate(batch):
-            try:
-                record = pr.predictions({k: v[i:i + 1] for k, v in outs.items()}, [pixels.shape[:2]], self.grid,
-                                        self.top_k, self.runtime, ms / len(batch))[0]
-            except ArrcocError as exc:  # non-finite outputs for this photo
-                if on_error is None:
-                    raise
-                on_error(photo, exc)
-                advance()
-                continue
+        rows = pr.predictions(outs, [pixels.shape[:2] for _, pixels, _ in batch], self.grid, self.top_k,
+                              self.runtime, ms / len(batch), checked=False)
+        finite = pr.finite_rows(outs)
+        for (photo, pixels, source), record, ok in zip(batch, rows, finite):
+            if not ok:
+                try:
+                    pr.check_finite(record)
+                except ArrcocError as exc:
+                    if on_error is None:
+                        raise
+                    on_error(photo, exc)
+                    advance()
+                    continue
             advance()
             yield Prediction(record, source, source or pixels)
 
     def _call(self, inputs: dict) -> tuple[dict, float]:
         """One runtime call and its wall time in ms; the first one with third-party output silenced."""
-        from . import predict as pr
-
         if self._quiet_calls:
             with pr.third_party_quiet(self._verbose):
                 outs, ms = self._timed_call(inputs)
@@ -298,19 +313,17 @@ class Model:
                          "pass text, e.g. 'where is the cat?', or a numpy float32 vector")
 
     def _array_vector(self, vec: np.ndarray) -> np.ndarray:
-        from .predict import check_query_values
-
+        if vec.dtype == np.float32 and vec.shape == (self.query_dim,) and np.abs(vec).max() <= pr.MAX_QUERY_ABS:
+            return vec[None]  # the common case in one reduction (NaN compares False: it goes the long way)
         if vec.dtype.kind != "f" or vec.shape != (self.query_dim,):
             raise InputError(f"the query array is {vec.dtype} {list(vec.shape)}, this checkpoint takes a float "
                              f"array [{self.query_dim}]",
                              f"pass a float vector of shape [{self.query_dim}] (the checkpoint's query width)")
         vec = vec.astype(np.float32, copy=False)
-        check_query_values(vec, "the query array")
+        pr.check_query_values(vec, "the query array")
         return vec[None]
 
     def _text_vector(self, text: str) -> np.ndarray:
-        from . import predict as pr
-
         vector = self._texts.get(text)
         if vector is None:
             pr.check_query_text(text)
@@ -329,8 +342,6 @@ def photo_pixels(photo) -> tuple[np.ndarray, Path | None]:
     """(uint8 [H, W, 3], its path or None): a file decoded as `invoke predict` decodes it
     (pipeline.golden.load_photo), a PIL image decoded the same way (EXIF orientation when it
     carries one), an array taken as RGB pixels exactly as given (no orientation: it has no EXIF)."""
-    from .golden import check_photo_size
-
     if isinstance(photo, np.ndarray):
         if photo.dtype != np.uint8 or photo.ndim != 3 or photo.shape[2] != 3:
             raise InputError(f"a photo array is {photo.dtype} {list(photo.shape)}, not uint8 [H, W, 3]",
@@ -348,8 +359,6 @@ def photo_pixels(photo) -> tuple[np.ndarray, Path | None]:
 
 
 def _file_pixels(path: Path) -> np.ndarray:
-    from .golden import load_photo
-
     if not str(path).strip() or not path.is_file():
         raise InputError(f"photo {str(path)!r} is not a file", "pass the path of an existing photo file")
     return load_photo(path)
@@ -357,8 +366,6 @@ def _file_pixels(path: Path) -> np.ndarray:
 
 def _image_pixels(image) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
-
-    from .golden import decode_image
 
     what = f"PIL image {image.mode} {image.width}x{image.height}"
     try:

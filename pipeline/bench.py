@@ -207,7 +207,8 @@ def bench_inputs(heldout, cfg, batches) -> list[tuple[str, dict]]:
 
 def api_cases(model) -> list[BenchCase]:
     """The Python API's overhead (pipeline.api, issue 37): model.predict at batch 1 and
-    predict_many at batch B on the inputs as arrays, beside the bare call of the very runtime the
+    predict_many at batch B on the inputs as arrays (the batch as one [B, H, W, 3] array, as an app
+    holds its frames; a list of B separate arrays adds one copy into a batch), beside the bare call of the very runtime the
     model holds (same session, 1 thread). Their ratio is what the API adds to each call."""
     runner = model._runner
 
@@ -215,7 +216,7 @@ def api_cases(model) -> list[BenchCase]:
         images, query = inputs["image"], inputs["query"][0]
         if len(images) == 1:
             return model.predict(images[0], query)
-        return list(model.predict_many(list(images), query, batch_size=len(images)))
+        return list(model.predict_many(images, query, batch_size=len(images)))  # [B, H, W, 3]: sliced, not copied
 
     return [BenchCase(f"api: bare runtime call, {model.name} (1 thread)", runner.run, 1, max_batch=runner.max_batch),
             BenchCase(f"api: load().predict / predict_many, {model.name} (1 thread)", through_api, 1,

@@ -229,6 +229,10 @@ def test_predict_many_keeps_order_batches_by_size_and_reports_unreadable_photos(
         for a, b in zip(many, one_by_one):
             assert np.abs(a.relevance - b.relevance).max() <= 1e-5 and a.top_k == b.top_k
         assert skipped[0][0] == tmp_path / "bad.jpg" and isinstance(skipped[0][1], InputError)
+        # one uint8 array [N, H, W, 3]: batches are slices of it, the numbers the same
+        stacked = list(model.predict_many(np.stack(photos[4:]), QUESTION, batch_size=4))
+        assert len(stacked) == 10 and all(a.top_k == b.top_k and np.abs(a.relevance - b.relevance).max() <= 1e-5
+                                          for a, b in zip(stacked, one_by_one[4:]))
         got = []
         with pytest.raises(InputError, match="cannot be decoded"):
             for p in model.predict_many(mixed, QUESTION, batch_size=8):
