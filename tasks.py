@@ -123,13 +123,18 @@ def _runtimes_help() -> str:
             "(by its bench.json when there is one)")
 
 
-@task(klass=HelpKeepsH, help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded",
-            "query": "the question as text: through the published text-encoder (arr-coc-0-1's own for reference checkpoints), or MiniLM for D=384",
+@task(klass=HelpKeepsH, iterable=["image", "query"],
+      help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded; "
+                     "repeat it, or name a folder, for many photos (one model load)",
+            "query": "the question as text: through the published text-encoder (arr-coc-0-1's own for reference "
+                     "checkpoints), or MiniLM for D=384; repeat it for several questions",
             "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
             "out": "output folder with published artifacts; default: artifacts/",
             "runtime": _runtimes_help(),
-            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights} to this file",
-            "heatmap": "write the photo with the relevance map (the web page's colours), the top-K cells outlined and a legend: .png (or .jpg, .webp); short flag -e",
+            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights} to this file "
+                    "(several photos or queries: one JSON line each, with photo and query, e.g. --json out.jsonl)",
+            "heatmap": "write the photo with the relevance map (the web page's colours), the top-K cells outlined and "
+                       "a legend: .png (or .jpg, .webp); several photos or queries: a folder for the heatmaps; short flag -e",
             "verbose": VERBOSE})
 def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
             verbose=False):
@@ -158,12 +163,14 @@ def clean(c, out=None, verbose=False):
 
 @task(help={"out": "output folder with published artifacts; default: artifacts/",
             "runs": "timed rounds per case, 1 to 100000 (default 50; median and p90 are reported)",
+            "photos": "photos (1024x768 JPEG) in the folder run through `invoke predict --image FOLDER`, "
+                      "0 to 100000 (default 1000; 0 skips it)",
             "verbose": VERBOSE})
-def bench(c, out=None, runs=None, verbose=False):
+def bench(c, out=None, runs=None, verbose=False, photos=None):
     """Latency of torch eager and every published runtime, side by side (not a test)."""
     from pipeline import cli
 
-    _exit(cli.bench(out, runs, verbose))
+    _exit(cli.bench(out, runs, verbose, photos))
 
 
 @task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",

@@ -157,6 +157,11 @@ SPEED_GOALS = (
      "onnxruntime fp32 (1 thread)", CROPS, 2.0),
     ("browser fp32 (1 thread) <= 2x onnxruntime fp32, 12 MP photo", "browser fp32 (1 thread", PHOTO_12MP,
      "onnxruntime fp32 (1 thread)", PHOTO_12MP, 2.0),
+    # issue 37: the Python API (pipeline.load) costs little more than the runtime call it makes
+    ("pipeline.load().predict <= 1.1x its bare runtime call at batch 1 (16G crop)", "api: load()", CROPS,
+     "api: bare", CROPS, 1.1),
+    ("pipeline predict_many <= 1.05x its bare runtime call per photo at batch 8", "api: load()", "batch 8",
+     "api: bare", "batch 8", 1.05),
 )
 
 
@@ -200,7 +205,80 @@ def bench_inputs(heldout, cfg, batches) -> list[tuple[str, dict]]:
     return out
 
 
-def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print) -> dict:
+def api_cases(model) -> list[BenchCase]:
+    """The Python API's overhead (pipeline.api, issue 37): model.predict at batch 1 and
+    predict_many at batch B on the inputs as arrays (the batch as one [B, H, W, 3] array, as an app
+    holds its frames; a list of B separate arrays adds one copy into a batch), beside the bare call of the very runtime the
+    model holds (same session, 1 thread). Their ratio is what the API adds to each call."""
+    runner = model._runner
+
+    def through_api(inputs):
+        images, query = inputs["image"], inputs["query"][0]
+        if len(images) == 1:
+            return model.predict(images[0], query)
+        return list(model.predict_many(images, query, batch_size=len(images)))  # [B, H, W, 3]: sliced, not copied
+
+    return [BenchCase(f"api: bare runtime call, {model.name} (1 thread)", runner.run, 1, max_batch=runner.max_batch),
+            BenchCase(f"api: load().predict / predict_many, {model.name} (1 thread)", through_api, 1,
+                      max_batch=runner.max_batch)]
+
+
+def api_model(out: Path, log):
+    """pipeline.load(out) on 1 thread: the runtime it picks by default, as a caller gets it; None
+    (no API rows) when nothing published runs in Python here (a web-only folder)."""
+    from .api import load
+
+    try:
+        return load(out, threads=1)
+    except InputError as exc:
+        log(f"bench: no Python API rows: {exc.problem}")
+        return None
+
+
+# A folder of photos through `invoke predict --image FOLDER` in one process (issue 37)
+FOLDER_PHOTOS, FOLDER_PHOTO_SIZE = 1000, (1024, 768)
+
+
+def folder_throughput(out: Path, heldout, count: int, log) -> dict:
+    """`count` JPEG photos of FOLDER_PHOTO_SIZE in a temporary folder through the real command, as a
+    user runs it: photos per second over its whole wall time (process start, model load, decoding,
+    the runtime, the JSON lines)."""
+    import io
+    import subprocess
+    import sys
+    import tempfile
+
+    from PIL import Image
+
+    base = heldout.images[heldout.names.index("stereo_motorcycle/whole")]
+    encoded = io.BytesIO()
+    Image.fromarray(base).resize(FOLDER_PHOTO_SIZE, Image.Resampling.LANCZOS).save(encoded, format="JPEG", quality=90)
+    with tempfile.TemporaryDirectory(prefix="arrcoc-bench-folder-") as tmp:
+        folder, lines = Path(tmp) / "photos", Path(tmp) / "predictions.jsonl"
+        folder.mkdir()
+        for i in range(count):
+            (folder / f"{i:05d}.jpg").write_bytes(encoded.getvalue())
+        np.save(Path(tmp) / "query.npy", heldout.queries[0])
+        cmd = [sys.executable, "-m", "invoke", "predict", "--image", str(folder), "--query-embedding",
+               str(Path(tmp) / "query.npy"), "--out", str(out), "--json", str(lines)]
+        log(f"bench: {count} photos through `invoke predict --image FOLDER` in one process")
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        rows = lines.read_text().splitlines() if proc.returncode == 0 else []
+    if proc.returncode != 0 or len(rows) != count:
+        raise InputError(f"`invoke predict --image FOLDER` failed in the bench (exit {proc.returncode}): "
+                         f"{(proc.stderr.strip().splitlines() or [''])[-1][:200]}", "run it by hand to see why")
+    width, height = FOLDER_PHOTO_SIZE
+    return {"command": "invoke predict --image FOLDER --query-embedding Q.npy --json P.jsonl", "photos": count,
+            "photo": f"{width}x{height} JPEG", "runtime": json.loads(rows[0])["runtime"], "seconds": round(seconds, 3),
+            "photos_per_s": round(count / seconds, 2), "clock": "wall time of the whole process (start and load included)"}
+
+
+def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print,
+              photos: int = 0) -> dict:
+    """photos: how many photos the folder run takes (folder_throughput); 0 skips it (`invoke bench`
+    asks for FOLDER_PHOTOS unless --photos says otherwise)."""
     from .checkpoint import load_checkpoint
     from .golden import build_golden_set
     from .publish import build_lock, check_published, pinned, read_manifest, write_json_atomic
@@ -221,23 +299,32 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
         for name, entry in manifest["targets"].items():
             if entry.get("status") in ("published",) and name in targets:
                 cases += targets[name].bench_cases(base, entry)
+        model = api_model(out, log)
+        cases += api_cases(model) if model else []
         for label, inputs in bench_inputs(heldout, ckpt.config, batches):
             batch = len(inputs["image"])
             fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
             log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
             rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
+        folder = None
+        if model:
+            model.close()
+            folder = folder_throughput(out, heldout, photos, log) if photos else None
     result = {"host": host_description(),
               "commit": commit,
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256,
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
-              "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows)}
+              "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder}
     from . import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
         write_json_atomic(out / "bench.json", result)
         with report.never_fails(log):  # the report shows the latest latencies next to the parity
             report.write_report(out, heldout, log)
+    if folder:
+        log(f"bench: folder of {folder['photos']} photos ({folder['photo']}) through `invoke predict` in one process: "
+            f"{folder['photos_per_s']:.1f} photos/s ({folder['seconds']:.1f} s, start and model load included)")
     if result["goals"]:
         log("bench: speed goals, time ratios of 1-thread medians of this run:\n" + format_goals(result["goals"]))
     return result

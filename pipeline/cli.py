@@ -144,38 +144,12 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
 
 
 def _build(targets, checkpoint, out, verbose, options) -> int:
-    import targets as target_table
-
-    from .build import run_build
-
-    names = opts.target_names(targets)
-    requested = target_table.resolve(names)
-    if options.get("calibration_dir") is not None:
-        options = {**options, "calibration_dir": opts.existing_folder("calibration", options["calibration_dir"])}
-    if options.get("base_model") is not None:
-        options = {**options, "base_model": opts.existing_folder("base-model", options["base_model"])}
-    options = {**options, "grid": opts.optional_positive("grid", options.get("grid")),
-               "top_k": opts.optional_positive("top-k", options.get("top_k"))}
-    from .console import LOG_NAME, build_console
+    """The build is pipeline.api's (pipeline.build() runs the same function); this prints its table."""
+    from .api import build_stages
+    from .console import LOG_NAME
     from .publish import state_dir
 
-    from .build import build_inputs
-    from .outputs_guard import check_out_folder
-
-    root = opts.out_folder(out, DEFAULT_OUT)
-    ckpt = opts.checkpoint_path(checkpoint, DEFAULT_CHECKPOINT)
-    # a refused --out writes nothing: checked before the console creates the state and its build.log
-    check_out_folder(root, build_inputs(ckpt, options))
-    with build_console(state_dir(root), verbose) as console:
-        result = run_build(
-            requested,
-            target_table.TARGETS,
-            ckpt,
-            root,
-            log=console.log,
-            strict=names != ["all"],
-            options=options,
-        )
+    result, root = build_stages(targets, checkpoint, out, options, verbose)
     if not verbose:
         print(f"third-party messages (warnings, converter output): {state_dir(root) / LOG_NAME}")
     print()
@@ -436,18 +410,21 @@ def _clean(root: Path) -> int:
     return 0
 
 
-def bench(out: str | None, runs, verbose: bool = False) -> int:
+def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
     """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
-    return guarded(lambda: _bench(opts.in_folder(out, DEFAULT_OUT), opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50)),
+    from .bench import FOLDER_PHOTOS
+
+    return guarded(lambda: _bench(opts.in_folder(out, DEFAULT_OUT), opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50),
+                                  opts.integer("photos", photos, 0, opts.MAX_BENCH_PHOTOS, FOLDER_PHOTOS)),
                    verbose, "bench")
 
 
-def _bench(root: Path, runs: int) -> int:
+def _bench(root: Path, runs: int, photos: int) -> int:
     import targets as target_table
 
     from .bench import format_rows, run_bench
 
-    result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True))
+    result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True), photos=photos)
     print()
     print(format_rows(result["rows"]))
     for note in result.get("notes") or []:
@@ -460,7 +437,8 @@ def _bench(root: Path, runs: int) -> int:
 
 
 def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False) -> int:
-    """`invoke predict`: one whole photo and a query through a published artifact."""
+    """`invoke predict`: whole photos (a file, several, or a folder) and queries through a published
+    artifact. image and query: one value or a list (the options may be repeated)."""
     return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose),
                    verbose, "predict")
 
@@ -468,37 +446,68 @@ def predict(image, query, query_embedding, out, runtime, json_path, heatmap, ver
 def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
     """Every option is checked before the model runs: a bad output path found after it would
     throw the answer away (and a path over an input would destroy the input)."""
-    import targets as target_table
-
+    from . import batch
     from . import predict as pr
     from .errors import InputError
-    from .publish import pinned, read_manifest
 
-    if image is None:
+    images, queries = _listed(image), _listed(query)
+    if not images:
         raise InputError("--image is required (the photo to run the model on)", "pass --image PHOTO, e.g. --image cat.jpg")
-    if (query is None) == (query_embedding is None):
+    if (not queries) == (query_embedding is None):
         raise InputError("give exactly one of --query TEXT and --query-embedding FILE.npy",
                          "e.g. --query 'where is the cat?' or --query-embedding q.npy (float32 [D])")
-    if query is not None:
-        pr.check_query_text(query)
-    photo = opts.existing_file("image", image)
+    for text in queries:
+        pr.check_query_text(text)
+    photos, several = batch.photo_inputs(images)
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
     root = opts.in_folder(out, DEFAULT_OUT)
+    if several or len(queries) > 1:
+        return _predict_many(images, photos, queries, embedding, root, runtime, json_path, heatmap, verbose)
+    photo = photos[0]
     inputs = [photo] + ([embedding] if embedding else [])
     json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
     heatmap_file = pr.output_file("heatmap", heatmap, inputs, root) if heatmap is not None else None
     fmt = pr.heatmap_format("heatmap", heatmap_file) if heatmap_file else None
     if json_file and heatmap_file and os.path.realpath(json_file) == os.path.realpath(heatmap_file):
         raise InputError(f"--json and --heatmap name one file ({json_file})", "give them two different file names")
-    base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
-    manifest = read_manifest(base)
-    if not manifest.get("targets"):
-        raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
-    result = pr.predict(base, manifest, target_table.TARGETS, photo, query, embedding, runtime, shown=root,
-                        verbose=verbose)
-    print(pr.describe(result))
-    pr.save_outputs(result, photo, json_file, heatmap_file, fmt)
+    with _model(root, runtime, verbose) as model:  # pipeline.load: what a Python caller runs
+        query = queries[0] if queries else pr._embedding_file(embedding, model.query_dim)[0]
+        result = model._predict_one(photo, query, timed=True)
+    print(pr.describe(result.record))
+    pr.save_outputs(result, json_file, heatmap_file, fmt)
     return 0
+
+
+def _listed(value) -> list:
+    """An option given once (a value), repeated (a list) or not at all (None or [])."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _model(root: Path, runtime, verbose: bool):
+    from .api import load
+    from .errors import InputError
+    from .publish import pinned, read_manifest
+
+    if not read_manifest(pinned(root)).get("targets"):
+        raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
+    return load(root, runtime, verbose=verbose)
+
+
+def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose) -> int:
+    """Several photos or queries (pipeline/batch.py): outputs checked first, then one model load."""
+    from . import batch
+    from . import predict as pr
+
+    inputs = photos + ([embedding] if embedding else [])
+    json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
+    heatmaps = (batch.heatmap_folder(heatmap, photos, inputs, root, max(1, len(queries)), given)
+                if heatmap is not None else None)
+    with _model(root, runtime, verbose) as model:
+        wanted = ([("query", text, text) for text in queries] if queries else
+                  [("query_embedding", str(embedding), pr._embedding_file(embedding, model.query_dim)[0])])
+        return batch.run(model, photos, wanted, json_file, heatmaps)
 
 
 def serve(out: str | None, port, verbose: bool = False) -> int:

@@ -79,8 +79,9 @@ class Console:
 
 
 @contextlib.contextmanager
-def build_console(out_dir: Path, verbose: bool):
-    """Yield a Console for the build's lines; unless verbose, fds 1 and 2 go to OUT/build.log."""
+def build_console(out_dir: Path, verbose: bool, show: bool = True):
+    """Yield a Console for the build's lines; unless verbose, fds 1 and 2 go to OUT/build.log.
+    show=False (pipeline.build without progress): the build's own lines are not shown either."""
     sys.stdout.flush()
     sys.stderr.flush()
     log = None if verbose else _open_log(out_dir)
@@ -91,9 +92,9 @@ def build_console(out_dir: Path, verbose: bool):
         finally:
             console.close()
         return
-    live = os.isatty(1) and os.environ.get("TERM") != "dumb"
+    live = show and os.isatty(1) and os.environ.get("TERM") != "dumb"
     saved = os.dup(1), os.dup(2)
-    terminal = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    terminal = os.fdopen(os.dup(saved[0]), "w", buffering=1) if show else open(os.devnull, "w")
     console = Console(terminal, live=live)
     try:
         os.dup2(log.fileno(), 1)

@@ -172,10 +172,7 @@ def load_photo(path: str | Path) -> np.ndarray:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             opened = Image.open(path)
         with opened as im:
-            check_photo_size(im.height, im.width, str(path))  # the header's size: a 169 MP file is never decoded
-            im = ImageOps.exif_transpose(im)
-            im.load()
-            arr = np.asarray(eight_bit(im, str(path)).convert("RGB"))
+            arr = decode_image(im, str(path))
     except Image.DecompressionBombError as exc:  # over Pillow's own limit (179 MP): far over MAX_SIDE too
         raise InputError(f"{path}: the photo has more pixels than Pillow opens ({exc.__class__.__name__}), "
                          f"so it is over {MAX_SIDE}x{MAX_SIDE}", _SIZE_FIX) from exc
@@ -185,6 +182,16 @@ def load_photo(path: str | Path) -> np.ndarray:
             "use a PNG, JPEG or WebP file",
         ) from exc
     return arr
+
+
+def decode_image(im: Image.Image, what: str) -> np.ndarray:
+    """An opened PIL image (a file's, or one a caller made) -> uint8 [H,W,3], as load_photo decodes
+    a file: the size checked first (from the header when the pixels are not loaded yet), EXIF
+    orientation applied when the image carries it, 16-bit pixels to 8 bits, RGB, alpha dropped."""
+    check_photo_size(im.height, im.width, what)  # the header's size: a 169 MP file is never decoded
+    im = ImageOps.exif_transpose(im)
+    im.load()
+    return np.asarray(eight_bit(im, what).convert("RGB"))
 
 
 # Pillow's modes for 16-bit grey; "I" (32-bit integers) is also what it gives a 16-bit PGM, scaled to 0..65535

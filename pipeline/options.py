@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import InputError
 
 MAX_BENCH_RUNS = 100_000
+MAX_BENCH_PHOTOS = 100_000  # photos written to a temporary folder for `invoke bench`'s folder run
 MAX_TRAIN_STEPS = 10_000_000
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds are unsigned 32-bit on every platform we run
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .golden import load_photo
 from .model import WAYS_OF_KNOWING
 from .target import Target
 
@@ -196,38 +195,52 @@ def _embedding_file(embedding: Path, dim: int) -> np.ndarray:
     if vec.dtype != np.float32 or vec.shape != (dim,):
         raise InputError(f"{embedding} holds {vec.dtype} {list(vec.shape)}, this checkpoint takes float32 [{dim}]",
                          f"save a float32 vector of shape [{dim}] (the checkpoint's query width)")
-    if not np.isfinite(vec).all():
-        raise InputError(f"{embedding} holds NaN or infinite values", "save a finite query embedding")
-    if np.abs(vec).max() > MAX_QUERY_ABS:
-        raise InputError(f"{embedding} holds values up to {np.abs(vec).max():.3g}; a query embedding is of "
-                         f"order 1 (at most {MAX_QUERY_ABS:g} is taken)",
-                         "save the checkpoint's own embedding of the query (MiniLM's or the token table's)")
+    check_query_values(vec, str(embedding))
     return vec[None]
 
 
-def predict(out: Path, manifest: dict, targets: dict, photo_path: Path, text: str | None,
-            embedding: Path | None, runtime: str | None, shown: Path | None = None,
-            verbose: bool = False) -> Prediction:
-    """`out`: the pinned generation read; `shown`: the folder the user named (for messages)."""
-    settings = (manifest.get("checkpoint") or {}).get("model") or {}
-    grid, top_k, dim = settings["grid"], settings["top_k"], settings["query_dim"]
+def check_query_values(vec: np.ndarray, what: str) -> None:
+    """Finite values of a query embedding's order (a file's or an array a caller passed)."""
+    if not np.isfinite(vec).all():
+        raise InputError(f"{what} holds NaN or infinite values", "save a finite query embedding")
+    if np.abs(vec).max() > MAX_QUERY_ABS:
+        raise InputError(f"{what} holds values up to {np.abs(vec).max():.3g}; a query embedding is of "
+                         f"order 1 (at most {MAX_QUERY_ABS:g} is taken)",
+                         "save the checkpoint's own embedding of the query (MiniLM's or the token table's)")
+
+
+def open_runtime(out: Path, manifest: dict, targets: dict, requested: str | None, shown: Path | None = None,
+                 threads: int | None = None):
+    """(runtime name, Runner): the runtime chosen (choose_runtime), its files checked against the
+    manifest's sha256, loaded in its real runtime. `out`: the pinned generation read; `shown`: the
+    folder the user named (for messages). The caller closes the runner."""
     names = runnable(manifest, targets)
-    name = choose_runtime(runtime, names, out, manifest, targets, shown)
-    photo = load_photo(photo_path)
+    name = choose_runtime(requested, names, out, manifest, targets, shown)
     target, variant = names[name]
     entry = manifest["targets"][target]
     check_published(out, entry, variant)
-    with third_party_quiet(verbose):
-        query = query_vector(text, embedding, dim, out, manifest, targets)
-        runner = targets[target].published_runner(out, entry, variant)
-        try:
-            outs, ms = timed(runner, {"image": photo[None], "query": query})
-        finally:
-            runner.close()
-    result = Prediction(grid, top_k, photo.shape[:2], f"{name} ({runner.runtime})", np.asarray(outs["relevance"][0]),
-                        np.asarray(outs["topk_indices"][0]), np.asarray(outs["weights"][0]), ms)
-    check_finite(result)
-    return result
+    return name, targets[target].published_runner(out, entry, variant, threads=threads)
+
+
+def predictions(outs: dict, sizes: list[tuple[int, int]], grid: int, top_k: int, runtime: str,
+                ms: float, checked: bool = True) -> list[Prediction]:
+    """One Prediction per row of a batch's outputs (sizes: each photo's (H, W)), each checked
+    (check_finite) unless the caller checks the rows itself (finite_rows)."""
+    relevance, topk, weights = (np.asarray(outs[name]) for name in ("relevance", "topk_indices", "weights"))
+    found = [Prediction(grid, top_k, size, runtime, relevance[i], topk[i], weights[i], ms) for i, size in enumerate(sizes)]
+    if checked and not all(finite_rows(outs)):
+        for p in found:
+            check_finite(p)
+    return found
+
+
+def finite_rows(outs: dict) -> list[bool]:
+    """Per row of a batch: are its relevance and weights finite? One reduction when all are (a sum
+    of finite values of order 1 stays finite), row by row only when not."""
+    relevance, weights = np.asarray(outs["relevance"]), np.asarray(outs["weights"])
+    if np.isfinite(relevance.sum() + weights.sum()):
+        return [True] * len(relevance)
+    return [bool(np.isfinite(r).all() and np.isfinite(w).all()) for r, w in zip(relevance, weights)]
 
 
 def timed(runner, inputs: dict) -> tuple[dict, float]:
@@ -289,8 +302,8 @@ def check_published(out: Path, entry: dict, variant: str) -> None:
 
 def describe(p: Prediction) -> str:
     """What the terminal shows: the weights, then the selected cells by relevance."""
-    h, w = p.image_size
-    lines = [f"photo {w} x {h} px, grid {p.grid} x {p.grid} (cell {w / p.grid:.1f} x {h / p.grid:.1f} px), "
+    h, w = p.image_size  # height first, as the JSON's image_size and numpy's shape say it
+    lines = [f"photo {h} x {w} px (height x width), grid {p.grid} x {p.grid} (cell {h / p.grid:.1f} x {w / p.grid:.1f} px), "
              f"runtime {p.runtime}, {p.milliseconds:.2f} ms (median of {TIMED_CALLS} warm calls)",
              "weights: " + ", ".join(f"{k} {v:.3f}" for k, v in zip(WAYS_OF_KNOWING, p.weights)),
              f"top-{p.top_k} cells (row, col: relevance), most relevant first:"]
@@ -357,25 +370,30 @@ def heatmap_format(option: str, path: Path) -> str:
     return fmt
 
 
-def save_outputs(result: Prediction, photo: Path, json_file: Path | None, heatmap_file: Path | None,
-                 heatmap_fmt: str | None, say=print) -> None:
-    """Write the JSON and the heatmap, each whole or not at all (publish.write_atomic): an error or
-    a Ctrl-C while saving leaves the previous file, or none. Each written file is said at once."""
-    from .errors import OutputDirError
-    from .publish import write_atomic
-
+def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heatmap_fmt: str | None,
+                 say=print) -> None:
+    """Write the JSON and the heatmap of `result` (a pipeline.api.Prediction: its to_json() and
+    heatmap(), what a Python caller gets), each whole or not at all (save_whole). Each written file
+    is said at once."""
     jobs = []
     if json_file:
         jobs.append(("json", json_file, lambda f: f.write((json.dumps(result.to_json()) + "\n").encode())))
     if heatmap_file:
-        from .overlay import heatmap as draw
-
-        picture = draw(load_photo(photo), result.relevance, result.topk_indices, result.grid, result.top_k)
+        picture = result.heatmap()
         jobs.append(("heatmap", heatmap_file, lambda f: picture.save(f, format=heatmap_fmt)))
     for label, path, write in jobs:
-        try:
-            write_atomic(path, write)
-        except OSError as exc:
-            raise OutputDirError(f"cannot write {path} ({exc.strerror or exc}); it was left as it was",
-                                 "free space on that device or pass another path") from exc
+        save_whole(path, write)
         say(f"{label}: {path}")
+
+
+def save_whole(path: Path, write) -> None:
+    """publish.write_atomic with the one-line error: an error or a Ctrl-C while saving leaves the
+    previous file, or none."""
+    from .errors import OutputDirError
+    from .publish import write_atomic
+
+    try:
+        write_atomic(path, write)
+    except OSError as exc:
+        raise OutputDirError(f"cannot write {path} ({exc.strerror or exc}); it was left as it was",
+                             "free space on that device or pass another path") from exc

@@ -116,9 +116,11 @@ class Target:
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         raise NotImplementedError
 
-    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner | None:
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner | None:
         """Optional: published variant `variant` (its files listed in `entry`, under `out`) loaded in
-        this target's real runtime, for `invoke predict`. None: no runtime for it in this process."""
+        this target's real runtime, for `invoke predict` and `pipeline.load`. None: no runtime for it
+        in this process. threads: the runtime's intra-op threads (None: its default); a runtime whose
+        pool is process-wide and cannot be resized safely (ExecuTorch's XNNPACK) keeps its own."""
         return None
 
     def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:

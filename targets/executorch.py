@@ -236,7 +236,8 @@ class ExecutorchTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return pte_runner(variant.files[0], variant.info["max_batch"])
 
-    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner:
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
+        # threads is not applied: the XNNPACK pool is process-wide (see bench_cases)
         v = entry["variants"][variant]
         return pte_runner(out / v["files"][0], v["info"]["max_batch"])
 

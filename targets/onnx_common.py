@@ -173,16 +173,18 @@ def ort_session(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int 
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def ort_runner(path: Path, level: str = "ORT_ENABLE_ALL") -> Runner:
+def ort_runner(path: Path, level: str = "ORT_ENABLE_ALL", threads: int = 0) -> Runner:
+    """threads: intra-op threads, 0 for onnxruntime's default (one per core)."""
     import onnxruntime as ort
 
-    session = ort_session(path, level)
+    session = ort_session(path, level, threads=threads)
 
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outs = session.run(list(OUTPUT_NAMES), {k: np.ascontiguousarray(v) for k, v in inputs.items()})
         return dict(zip(OUTPUT_NAMES, outs))
 
-    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider, {level})")
+    pool = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
+    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider, {level}{pool})")
 
 
 def param_bytes(model) -> int:

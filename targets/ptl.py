@@ -128,9 +128,9 @@ class PtlTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return ptl_runner(variant.files[0], variant.info.get("square_side"))
 
-    def published_runner(self, out: Path, entry: dict, variant: str) -> Runner:
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
         v = entry["variants"][variant]
-        return ptl_runner(out / v["files"][0], (v.get("info") or {}).get("square_side"))
+        return ptl_runner(out / v["files"][0], (v.get("info") or {}).get("square_side"), threads)
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         import torch
@@ -148,7 +148,9 @@ class PtlTarget(Target):
         return cases
 
 
-def ptl_runner(path: Path, square_side: int | None = None) -> Runner:
+def ptl_runner(path: Path, square_side: int | None = None, threads: int | None = None) -> Runner:
+    """threads: torch's intra-op threads for each call (torch's pool is process-wide, so it is set
+    per call, as the bench's rows do); None leaves torch's setting alone."""
     import torch
 
     module = _load(path)
@@ -158,6 +160,8 @@ def ptl_runner(path: Path, square_side: int | None = None) -> Runner:
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         image = torch.from_numpy(np.ascontiguousarray(inputs["image"], dtype=np.uint8))
         query = torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))
+        if threads:
+            torch.set_num_threads(threads)
         with _quiet():  # no torch.no_grad(): called as an app calls it (its parameters need no grad)
             if side is not None and image.shape[1] == side and image.shape[2] == side:
                 outs = module.run_method(SQUARE_METHOD, image, query)
@@ -165,4 +169,5 @@ def ptl_runner(path: Path, square_side: int | None = None) -> Runner:
                 outs = module(image, query)
         return {name: out.numpy() for name, out in zip(OUTPUT_NAMES, outs)}
 
-    return Runner(run, f"torch {torch.__version__} lite interpreter (torch.jit.mobile)")
+    pool = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
+    return Runner(run, f"torch {torch.__version__} lite interpreter (torch.jit.mobile{pool})")

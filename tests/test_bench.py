@@ -16,7 +16,7 @@ def test_bench_writes_rows_side_by_side(tmp_path):
     build = run_cli("build", "--target", "onnx", "--out", str(out))
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
 
-    proc = run_cli("bench", "--out", str(out), "--runs", "3")
+    proc = run_cli("bench", "--out", str(out), "--runs", "3", "--photos", "12")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "x vs torch eager" in proc.stdout
 
@@ -39,6 +39,14 @@ def test_bench_writes_rows_side_by_side(tmp_path):
     # the goal this build can answer (onnxruntime, 1024x768 against its 16G crop), and the host
     assert any(g["goal"].startswith("onnxruntime fp32: 1024x768") for g in data["goals"])
     assert "cores" in data["host"] and "commit" in data
+    # issue 37: the Python API beside the bare call of the same runtime, 1 thread, at batch 1 and 8
+    api = {(r["runtime"].split(",")[0], r["batch"]) for r in rows if r["runtime"].startswith("api: ") and r["threads"] == 1}
+    assert {(name, b) for name in ("api: bare runtime call", "api: load().predict / predict_many") for b in (1, 8)} <= api
+    assert {g["goal"].split(" <=")[0] for g in data["goals"]} >= {"pipeline.load().predict", "pipeline predict_many"}
+    # a folder of photos through `invoke predict` in one process: photos per second recorded and printed
+    folder = data["folder"]
+    assert folder["photos"] == 12 and folder["photos_per_s"] > 0 and folder["runtime"].startswith("onnx")
+    assert f"{folder['photos_per_s']:.1f} photos/s" in proc.stdout
     # what the runtimes print goes to the log, not the terminal
     assert (out / "bench.log").is_file()
     assert "third-party output" in proc.stdout and "UserWarning" not in proc.stdout + proc.stderr

@@ -42,7 +42,7 @@ def test_text_query_on_a_whole_photo_matches_the_model(out, photo, loaded, tmp_p
     proc = run_cli("predict", "--image", str(photo), "--query", "where is the cat?", "--out", str(out),
                    "--json", str(tmp_path / "p.json"), "--heatmap", str(tmp_path / "p.png"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "photo 451 x 300 px" in proc.stdout and "information" in proc.stdout and "top-64 cells" in proc.stdout
+    assert "photo 300 x 451 px (height x width)" in proc.stdout and "information" in proc.stdout and "top-64 cells" in proc.stdout
     data = json.loads((tmp_path / "p.json").read_text())
     assert set(data) == {"grid", "top_k", "image_size", "runtime", "relevance", "topk_indices", "weights"}
     assert data["image_size"] == [300, 451] and data["grid"] == 14 and data["top_k"] == 64
@@ -294,7 +294,7 @@ def test_predict_prints_no_third_party_lines(out, photo):
     """The lite interpreter's UserWarning (targets/ptl.py) no longer reaches the terminal."""
     proc = run_cli("predict", "--image", str(photo), "--query", "a cat", "--out", str(out), "--runtime", "ptl")
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr[-2000:]
-    assert "Warning" not in proc.stdout and proc.stdout.startswith("photo 451 x 300 px")
+    assert "Warning" not in proc.stdout and proc.stdout.startswith("photo 300 x 451 px")
 
 
 def test_a_write_that_fails_leaves_the_previous_heatmap_and_says_so(out, photo, tmp_path):
