@@ -218,7 +218,7 @@ def open_runtime(out: Path, manifest: dict, targets: dict, requested: str | None
     name = choose_runtime(requested, names, out, manifest, targets, shown)
     target, variant = names[name]
     entry = manifest["targets"][target]
-    check_published(out, entry, variant)
+    check_variant_files(out, entry, variant)
     return name, targets[target].published_runner(out, entry, variant, threads=threads)
 
 
@@ -287,7 +287,7 @@ def third_party_quiet(verbose: bool):
             os.close(fd)
 
 
-def check_published(out: Path, entry: dict, variant: str) -> None:
+def check_variant_files(out: Path, entry: dict, variant: str) -> None:
     """The variant's files are regular files with the manifest's bytes and sha256 (publish.check_file,
     as bench checks them): never run a file that changed."""
     from .publish import check_file

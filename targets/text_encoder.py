@@ -286,9 +286,9 @@ class TextEncoderTarget(Target):
             return None
         from pipeline import qwen_query as qq
         from pipeline.errors import InputError
-        from pipeline.predict import check_published
+        from pipeline.predict import check_variant_files
 
-        check_published(out, entry, "fp16")
+        check_variant_files(out, entry, "fp16")
         model, tokenizer = (out / f for f in variant["files"][:2])
         ids = qq.token_ids(qq.load_tokenizer(tokenizer), text)
         if not ids:
