@@ -9,7 +9,7 @@ cheap (no torch, no runtime): build and load come from pipeline.api on first use
 import sys
 import types
 
-from .errors import (  # noqa: F401 - exported: a caller catches these by type
+from pipeline.errors import (  # noqa: F401 - exported: a caller catches these by type
     ArrcocError,
     BuildInterrupted,
     CheckpointError,
@@ -34,7 +34,7 @@ __all__ = [*_API, "ArrcocError", "BuildInterrupted", "CheckpointError", "ExportE
 
 def __getattr__(name: str):
     if name in _API:
-        from . import api
+        from pipeline import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

@@ -22,9 +22,9 @@ import numpy as np
 
 # pipeline.api is imported on the first use of build or load, never by `import pipeline`: these
 # module imports (torch among them) cost nothing on each call, where an import statement would
-from . import predict as pr
-from .errors import ArrcocError, InputError
-from .golden import check_photo_size, decode_image, load_photo
+from pipeline import predict as pr
+from pipeline.errors import ArrcocError, InputError
+from pipeline.golden import check_photo_size, decode_image, load_photo
 
 TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
 
@@ -62,7 +62,7 @@ def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint
     options = {"calibration_dir": calibration, "grid": grid, "top_k": top_k, "base_model": base_model}
     raw, root = build_stages(targets, checkpoint, out, {k: v for k, v in options.items() if v is not None},
                              verbose, show=progress)
-    from .publish import read_manifest
+    from pipeline.publish import read_manifest
 
     return BuildResult(raw.ok, root, {s.target.name: _target_result(s) for s in raw.stages}, read_manifest(root),
                        raw.seconds, raw.exported_cache_hit)
@@ -78,12 +78,12 @@ def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: b
     table from this; build() turns it into the typed BuildResult."""
     import targets as target_table
 
-    from . import options as opts
-    from .build import build_inputs, run_build
-    from .cli import DEFAULT_CHECKPOINT, DEFAULT_OUT
-    from .outputs_guard import check_out_folder
-    from .console import build_console
-    from .publish import state_dir
+    from pipeline import options as opts
+    from pipeline.build import build_inputs, run_build
+    from pipeline.cli import DEFAULT_CHECKPOINT, DEFAULT_OUT
+    from pipeline.outputs_guard import check_out_folder
+    from pipeline.console import build_console
+    from pipeline.publish import state_dir
 
     names = opts.target_names(None if targets is None else str(targets))
     requested = target_table.resolve(names)
@@ -137,7 +137,7 @@ class Prediction:
 
     @property
     def weights(self) -> dict[str, float]:
-        from .model import WAYS_OF_KNOWING
+        from pipeline.model import WAYS_OF_KNOWING
 
         return {name: float(w) for name, w in zip(WAYS_OF_KNOWING, self.record.weights)}
 
@@ -146,7 +146,7 @@ class Prediction:
 
     def heatmap(self):
         """PIL.Image: the photo with the relevance map, the top-K cells outlined and a legend."""
-        from .overlay import heatmap
+        from pipeline.overlay import heatmap
 
         pixels = load_photo(self._pixels) if isinstance(self._pixels, Path) else self._pixels
         r = self.record
@@ -166,7 +166,7 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     its default; ExecuTorch's process-wide pool keeps its own)."""
     import targets as target_table
 
-    from .publish import output_path, pinned, read_manifest
+    from pipeline.publish import output_path, pinned, read_manifest
 
     if runtime is not None and not isinstance(runtime, str):
         raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")

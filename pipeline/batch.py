@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import options as opts
-from . import predict as pr
-from .errors import InputError
-from .outputs_guard import folder_holding
+from pipeline import options as opts
+from pipeline import predict as pr
+from pipeline.errors import InputError
+from pipeline.outputs_guard import folder_holding
 
 BATCH = 8  # photos of one size per runtime call (the artifacts' own limit is smaller for some)
 HEATMAP_SUFFIX = ".heatmap.png"

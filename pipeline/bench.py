@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import InputError
+from pipeline.errors import InputError
 
 
 @dataclass
@@ -46,7 +46,7 @@ def torch_cases(model) -> list[BenchCase]:
     without this tool, with kornia at full resolution and the direct D-wide projection."""
     import torch
 
-    from . import reference
+    from pipeline import reference
 
     default = torch.get_num_threads()
     state = model.state_dict()
@@ -226,7 +226,7 @@ def api_cases(model) -> list[BenchCase]:
 def api_model(out: Path, log):
     """pipeline.load(out) on 1 thread: the runtime it picks by default, as a caller gets it; None
     (no API rows) when nothing published runs in Python here (a web-only folder)."""
-    from .api import load
+    from pipeline.api import load
 
     try:
         return load(out, threads=1)
@@ -279,9 +279,9 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               photos: int = 0) -> dict:
     """photos: how many photos the folder run takes (folder_throughput); 0 skips it (`invoke bench`
     asks for FOLDER_PHOTOS unless --photos says otherwise)."""
-    from .checkpoint import load_checkpoint
-    from .golden import build_golden_set
-    from .publish import build_lock, check_published, pinned, read_manifest, write_json_atomic
+    from pipeline.checkpoint import load_checkpoint
+    from pipeline.golden import build_golden_set
+    from pipeline.publish import build_lock, check_published, pinned, read_manifest, write_json_atomic
 
     base = pinned(out)  # one generation: a build publishing meanwhile changes nothing benched here
     manifest = read_manifest(base)
@@ -316,7 +316,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               "checkpoint_sha256": ckpt.sha256,
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
               "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder}
-    from . import report
+    from pipeline import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
         write_json_atomic(out / "bench.json", result)

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import manifest as manifest_mod
-from . import publish
-from .checkpoint import load_checkpoint
-from .errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
-from .export import export_cached
-from .golden import GoldenSplit, build_golden_set, write_bundle
-from .model import OUTPUT_NAMES
-from .parity import parity_metrics
-from .target import BuildContext, Runner, Target, Variant
+from pipeline import manifest as manifest_mod
+from pipeline import publish
+from pipeline.checkpoint import load_checkpoint
+from pipeline.errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
+from pipeline.export import export_cached
+from pipeline.golden import GoldenSplit, build_golden_set, write_bundle
+from pipeline.model import OUTPUT_NAMES
+from pipeline.parity import parity_metrics
+from pipeline.target import BuildContext, Runner, Target, Variant
 
 
 @dataclass
@@ -162,7 +162,7 @@ def run_build(
     SIGINT and SIGTERM go through publish.record_interrupt, so an interrupt whose exception a
     library swallowed still stops the build at the next stage boundary, and always before the
     switch (publish.check_interrupted)."""
-    from .outputs_guard import check_out_folder
+    from pipeline.outputs_guard import check_out_folder
 
     started = time.monotonic()
     options = options or {}
@@ -209,7 +209,7 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
     for target in order:  # bad options fail here, before any stage could publish
         target.check_options(options, ckpt.config)
-    from .qwen_query import check_sources  # the query encoder's table, for any target that encodes text
+    from pipeline.qwen_query import check_sources  # the query encoder's table, for any target that encodes text
 
     check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
     if ckpt.ignored_keys:
@@ -264,7 +264,7 @@ def to_publish(requested: set[str], stages: dict[str, StageResult]) -> list[str]
 
 
 def _write_report(out, dest, stages, ckpt, golden, log) -> None:
-    from . import report
+    from pipeline import report
 
     with report.never_fails(log):
         report.save_outputs(out, stages, ckpt.sha256)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError, SettingsError
-from .model import CELL, ModelConfig, RelevanceModel, build_model, learned_shapes
+from pipeline.errors import CheckpointError, SettingsError
+from pipeline.model import CELL, ModelConfig, RelevanceModel, build_model, learned_shapes
 
 FORMAT_TAG = "arrcoc-edge/1"
 IGNORED_PREFIXES = ("base_model.",)

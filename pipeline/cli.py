@@ -6,9 +6,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import options as opts
-from .parity import size_cells
-from .errors import ArrcocError
+from pipeline import options as opts
+from pipeline.parity import size_cells
+from pipeline.errors import ArrcocError
 
 REPO = Path(__file__).resolve().parent.parent
 # The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
@@ -67,7 +67,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
     callback, a __del__) is still exit 130."""
     import signal
 
-    from . import publish
+    from pipeline import publish
 
     publish.reset_interrupts()
     previous = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -82,7 +82,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        from .errors import BuildInterrupted
+        from pipeline.errors import BuildInterrupted
 
         why = str(exc) or "SIGINT"
         fix = ("nothing to fix: `invoke serve` starts it again" if name == "serve" else
@@ -145,9 +145,9 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
 
 def _build(targets, checkpoint, out, verbose, options) -> int:
     """The build is pipeline.api's (pipeline.build() runs the same function); this prints its table."""
-    from .api import build_stages
-    from .console import LOG_NAME
-    from .publish import state_dir
+    from pipeline.api import build_stages
+    from pipeline.console import LOG_NAME
+    from pipeline.publish import state_dir
 
     result, root = build_stages(targets, checkpoint, out, options, verbose)
     if not verbose:
@@ -173,8 +173,8 @@ def next_step(stage, root: Path, verbose: bool) -> str:
     """The closing line's action for the first failed target: its own error's fix when it carries
     one (`kind: problem -> fix: action`), else how to see why (the gate's numbers, a converter's
     traceback and its third-party output)."""
-    from .console import LOG_NAME
-    from .publish import state_dir
+    from pipeline.console import LOG_NAME
+    from pipeline.publish import state_dir
 
     reason = stage.reason or ""
     if " -> fix: " in reason:
@@ -195,8 +195,8 @@ def _verify(root: Path) -> int:
     Fails (exit 3) on a listed file that differs and on anything in a published folder the
     manifest does not list; a plain file at the top level that the tool did not write is named
     as EXTRA and does not fail (it is in no target folder, so nothing copies it with one)."""
-    from . import publish
-    from .errors import InputError
+    from pipeline import publish
+    from pipeline.errors import InputError
 
     for _ in range(5):
         before = publish.generation_id(root)
@@ -227,7 +227,7 @@ def _verify(root: Path) -> int:
 def check_published(base: Path, manifest: dict) -> tuple[list[str], int, int]:
     """(lines to print, number of findings that fail, number of EXTRA files) for the publish in
     folder `base`: each listed file checked, then every entry the tool did not publish named."""
-    from . import publish
+    from pipeline import publish
 
     lines, bad = [], 0
     for name, entry in manifest.get("targets", {}).items():
@@ -253,7 +253,7 @@ def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:
     files the tool writes there, never following a link: ("UNLISTED", "name/ (...)") for a folder
     the manifest does not list, ("LINK", ...) and ("UNLISTED", "name (a FIFO ...)") for a link or
     a special file, which fail; ("EXTRA", name) for a plain file, which does not."""
-    from . import publish
+    from pipeline import publish
 
     found = []
     for name in _names(base):
@@ -366,7 +366,7 @@ def _merge(parts, out, checkpoint) -> int:
     folders = opts.part_folders(parts)
     root = opts.out_folder(out, DEFAULT_OUT)
     ckpt = opts.existing_file("checkpoint", checkpoint) if checkpoint is not None else None
-    from .merge import run_merge
+    from pipeline.merge import run_merge
 
     data = run_merge(folders, root, ckpt, DEFAULT_CHECKPOINT, log=lambda m: print(m, flush=True))
     rows = [[name, e.get("status"), e["merge"]["from_part"], _host_cell(e["merge"]["built_and_verified_on"])]
@@ -389,7 +389,7 @@ def clean(out: str | None, verbose: bool = False) -> int:
 
 
 def _clean(root: Path) -> int:
-    from . import publish
+    from pipeline import publish
 
     state = publish.state_dir(root)
     # lexists, not is_file: a ledger that is a FIFO or a link is the state's, refused by publish.clean
@@ -400,7 +400,7 @@ def _clean(root: Path) -> int:
     try:
         kept = publish.clean(root, lambda m: print(m, flush=True))
     except OSError as exc:
-        from .errors import OutputDirError
+        from pipeline.errors import OutputDirError
 
         raise OutputDirError(f"cannot clean {root} ({exc.strerror or exc})",
                              "fix its permissions (chmod, chattr -i) and run clean again") from exc
@@ -412,7 +412,7 @@ def _clean(root: Path) -> int:
 
 def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
     """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
-    from .bench import FOLDER_PHOTOS
+    from pipeline.bench import FOLDER_PHOTOS
 
     return guarded(lambda: _bench(opts.in_folder(out, DEFAULT_OUT), opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50),
                                   opts.integer("photos", photos, 0, opts.MAX_BENCH_PHOTOS, FOLDER_PHOTOS)),
@@ -422,7 +422,7 @@ def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
 def _bench(root: Path, runs: int, photos: int) -> int:
     import targets as target_table
 
-    from .bench import format_rows, run_bench
+    from pipeline.bench import format_rows, run_bench
 
     result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True), photos=photos)
     print()
@@ -446,9 +446,9 @@ def predict(image, query, query_embedding, out, runtime, json_path, heatmap, ver
 def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
     """Every option is checked before the model runs: a bad output path found after it would
     throw the answer away (and a path over an input would destroy the input)."""
-    from . import batch
-    from . import predict as pr
-    from .errors import InputError
+    from pipeline import batch
+    from pipeline import predict as pr
+    from pipeline.errors import InputError
 
     images, queries = _listed(image), _listed(query)
     if not images:
@@ -486,9 +486,9 @@ def _listed(value) -> list:
 
 
 def _model(root: Path, runtime, verbose: bool):
-    from .api import load
-    from .errors import InputError
-    from .publish import pinned, read_manifest
+    from pipeline.api import load
+    from pipeline.errors import InputError
+    from pipeline.publish import pinned, read_manifest
 
     if not read_manifest(pinned(root)).get("targets"):
         raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
@@ -497,8 +497,8 @@ def _model(root: Path, runtime, verbose: bool):
 
 def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose) -> int:
     """Several photos or queries (pipeline/batch.py): outputs checked first, then one model load."""
-    from . import batch
-    from . import predict as pr
+    from pipeline import batch
+    from pipeline import predict as pr
 
     inputs = photos + ([embedding] if embedding else [])
     json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
@@ -512,7 +512,7 @@ def _predict_many(given, photos, queries, embedding, root, runtime, json_path, h
 
 def serve(out: str | None, port, verbose: bool = False) -> int:
     """`invoke serve`: the built web demo on localhost until Ctrl-C."""
-    from .serve import serve_forever
+    from pipeline.serve import serve_forever
 
     def run():
         number = opts.port(port)
@@ -527,7 +527,7 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
-        from .train import DEFAULT_OUT as TRAINED, check_out, main
+        from pipeline.train import DEFAULT_OUT as TRAINED, check_out, main
 
         check_out(path or TRAINED, roots=(DEFAULT_OUT,))  # before minutes of training, not after
         return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
@@ -546,7 +546,7 @@ def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
 
     from targets import app_tokenize as at
 
-    from .errors import InputError
+    from pipeline.errors import InputError
 
     if app not in at.APPS:
         raise InputError(f"--app {app!r} is not android or ios", "pass --app android or --app ios")

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
-from . import model as model_module
-from .checkpoint import LoadedCheckpoint, sha256_file
-from .errors import ExportError
+from pipeline import model as model_module
+from pipeline.checkpoint import LoadedCheckpoint, sha256_file
+from pipeline.errors import ExportError
 
 MAX_BATCH = 64
 # An example batch of 1 would specialise the batch dimension to a constant: use 2.

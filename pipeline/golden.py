@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import InputError
-from .model import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
+from pipeline.errors import InputError
+from pipeline.model import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
 
 # Photo name -> loader. Chosen for variety: people, animals, objects, space, microscopy,
 # synthetic colour, a logo with transparency, a street scene, landscapes.

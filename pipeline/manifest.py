@@ -12,7 +12,7 @@ import platform
 import time
 from pathlib import Path
 
-from .checkpoint import sha256_file
+from pipeline.checkpoint import sha256_file
 
 SCHEMA = "arrcoc-edge/manifest/1"
 _TOOLCHAIN = (
@@ -204,8 +204,8 @@ def check_shape(data, path: Path) -> None:
     """Refuse a manifest whose shape other code would trip over (or follow out of the folder):
     an object; `targets` an object of plain names; each entry's files a list of
     {path inside that target's folder, bytes, sha256}."""
-    from .errors import OutputDirError
-    from .publish import NAME
+    from pipeline.errors import OutputDirError
+    from pipeline.publish import NAME
 
     def bad(why: str):
         raise OutputDirError(f"{path} is not an arrcoc-edge manifest ({why})",

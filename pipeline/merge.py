@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import manifest as manifest_mod
-from . import publish
-from .checkpoint import sha256_file
-from .errors import BuildInterrupted, InputError, MergeError
+from pipeline import manifest as manifest_mod
+from pipeline import publish
+from pipeline.checkpoint import sha256_file
+from pipeline.errors import BuildInterrupted, InputError, MergeError
 
 KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best first
 
@@ -312,7 +312,7 @@ def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[s
     """The first part's .pt2 and each kept variant's saved held-out outputs (for the report's
     maps), into OUT's cache like a build keeps them. Returns the variants whose outputs are missing
     (a part uploaded without its .cache): the report says so."""
-    from .report import outputs_dir
+    from pipeline.report import outputs_dir
 
     program = parts[0].manifest.get("exported_program") or {}
     rel = program.get("path")
@@ -348,8 +348,8 @@ def heldout_for(manifest: dict, checkpoints: list[Path], explicit: bool, log=pri
     """The held-out split for the report's pictures, from the checkpoint the parts were built
     from. Without that file at hand the report has no pictures and says why (None); a
     --checkpoint of another model is refused, before anything is written."""
-    from .checkpoint import load_checkpoint
-    from .golden import build_golden_set
+    from pipeline.checkpoint import load_checkpoint
+    from pipeline.golden import build_golden_set
 
     ckpt = manifest["checkpoint"]
     path = next((p for p in checkpoints if _is_checkpoint(p, ckpt)), None)
@@ -389,7 +389,7 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     """Check every part, then publish the merged folder in one switch. Returns the manifest.
     The checkpoint only draws the report's pictures: --checkpoint, else the path the parts
     recorded, else `default_checkpoint`, whichever has the parts' sha256."""
-    from .outputs_guard import check_out_folder
+    from pipeline.outputs_guard import check_out_folder
 
     check_out_apart(out, part_paths)
     # by identity too, and before anything is written: a refused --out leaves no state behind
@@ -429,7 +429,7 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
 
 
 def _write_report(out: Path, gen: Path, heldout, log) -> None:
-    from . import report
+    from pipeline import report
 
     with report.never_fails(log):
         report.write_report(out, heldout, log, dest=gen)

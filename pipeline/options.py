@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InputError
+from pipeline.errors import InputError
 
 MAX_BENCH_RUNS = 100_000
 MAX_BENCH_PHOTOS = 100_000  # photos written to a temporary folder for `invoke bench`'s folder run
@@ -60,7 +60,7 @@ def _not_empty(name: str, value) -> str:
 def out_folder(value: str | None, default: Path, name: str = "out") -> Path:
     """An output folder named on the command line, resolved once, here: absolute, links in its
     parents followed (pipeline.publish.output_path). Everything after uses only this path."""
-    from .publish import output_path
+    from pipeline.publish import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value))
 
@@ -73,7 +73,7 @@ def in_folder(value: str | None, default: Path, name: str = "out") -> Path:
 def release_folder(value: str | None, default: Path, name: str = "out") -> Path:
     """A folder verify reads: like in_folder, and a kept release (a renamed or copied output
     folder's link to its generation) is read where it lives."""
-    from .publish import output_path
+    from pipeline.publish import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value), release_ok=True)
 
@@ -104,7 +104,7 @@ def part_folders(text: str | None) -> list[Path]:
     if not names:
         raise InputError(f"no folder named in --parts {_shown(text or '')}",
                          "name the published folders to merge, comma-separated (e.g. --parts linux,macos)")
-    from .publish import output_path
+    from pipeline.publish import output_path
 
     folders = [output_path(str(existing_folder("parts", n))) for n in names]
     resolved = [f.resolve() for f in folders]

@@ -18,7 +18,7 @@ import re
 import stat
 from pathlib import Path
 
-from . import publish
+from pipeline import publish
 
 # Entries of one output folder's state compared by identity. A state holds a few hundred files per
 # generation (the web target's are the most); past this many the walk stops (the markers still hold).
@@ -163,7 +163,7 @@ def check_out_folder(out: Path, inputs: list[Path]) -> None:
     line before anything is written (no state folder, no build.log): it may not lie inside a
     publish or a state, be a bind mount of one, be or lie inside an input folder, or hold an
     input (`inputs`: the checkpoint, calibration images, the parts); then publish.check_takeover."""
-    from .errors import OutputDirError
+    from pipeline.errors import OutputDirError
 
     source = mount_source(out, mounts())
     inside = next((marked(f) for f in ([source, *source.parents] if source else []) if marked(f)), None)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
-from .model import WAYS_OF_KNOWING
-from .target import Target
+from pipeline.errors import InputError
+from pipeline.model import WAYS_OF_KNOWING
+from pipeline.target import Target
 
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
 # (onnxruntime FP32 fastest; see the README's benchmark table).
@@ -52,7 +52,7 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
     """Runtime name -> (target, variant) for every published variant this process can run.
     A target's name means its primary variant as the manifest declares it (never the first by
     name: `onnx-int8` is its INT8 model, not fp32-ort); `target:variant` names any variant."""
-    from .manifest import primary_variant
+    from pipeline.manifest import primary_variant
 
     names = {}
     for name, entry in (manifest.get("targets") or {}).items():
@@ -105,7 +105,7 @@ def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) ->
 
 def _bench_order(out: Path, names: dict) -> list[str]:
     """Runtime names by their batch-1 median in OUT/bench.json (this host's own measurement)."""
-    from .publish import read_state_json
+    from pipeline.publish import read_state_json
 
     try:  # a regular file of bounded size only: a FIFO or a link to /dev/zero here is no measurement
         data = read_state_json(out / "bench.json", 16 * 1024 * 1024, lambda path, why: ValueError(why))
@@ -148,7 +148,7 @@ def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, 
             query = targets[name].encode_query(out, entry, text)
             if query is not None:
                 return query
-    from . import text_encoder
+    from pipeline import text_encoder
 
     if dim != text_encoder.EMBED_DIM:
         raise InputError(f"no query encoder for this checkpoint's width {dim} is published in {out}",
@@ -290,7 +290,7 @@ def third_party_quiet(verbose: bool):
 def check_variant_files(out: Path, entry: dict, variant: str) -> None:
     """The variant's files are regular files with the manifest's bytes and sha256 (publish.check_file,
     as bench checks them): never run a file that changed."""
-    from .publish import check_file
+    from pipeline.publish import check_file
 
     for rel in entry["variants"][variant]["files"]:
         listed = next((f for f in entry.get("files", []) if f["path"] == rel), None)
@@ -321,7 +321,7 @@ def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path
     writable folder, never one of the inputs and never inside an output folder or its state (the
     publish is the tool's, replaced only whole), each judged by the file system's identity of
     files and folders (pipeline.outputs_guard), however they are named or mounted."""
-    from .outputs_guard import folder_holding, input_named
+    from pipeline.outputs_guard import folder_holding, input_named
 
     if not str(value).strip():
         raise InputError(f"--{option} is empty", f"leave --{option} out, or name a file to write")
@@ -389,8 +389,8 @@ def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heat
 def save_whole(path: Path, write) -> None:
     """publish.write_atomic with the one-line error: an error or a Ctrl-C while saving leaves the
     previous file, or none."""
-    from .errors import OutputDirError
-    from .publish import write_atomic
+    from pipeline.errors import OutputDirError
+    from pipeline.publish import write_atomic
 
     try:
         write_atomic(path, write)

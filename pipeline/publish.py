@@ -43,7 +43,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .errors import OutputDirError
+from pipeline.errors import OutputDirError
 
 STATE_SUFFIX = ".arrcoc-edge"
 GENERATIONS = ".generations"
@@ -464,7 +464,7 @@ def check_file(base: Path, entry: dict) -> str | None:
 def check_published(out: Path, base: Path, manifest: dict, targets: dict) -> None:
     """Before a task loads published artifacts (bench): each one's runtime is installed and each
     listed file is there with its size and sha256, else one line naming the fix (exit 2)."""
-    from .errors import InputError
+    from pipeline.errors import InputError
 
     for name, entry in manifest.get("targets", {}).items():
         if entry.get("status") != "published" or name not in targets:
@@ -480,7 +480,7 @@ def check_published(out: Path, base: Path, manifest: dict, targets: dict) -> Non
 
 def read_manifest(out: Path) -> dict:
     """The manifest published in `out` ({} when there is none), read from one pinned generation."""
-    from .manifest import check_shape
+    from pipeline.manifest import check_shape
 
     base = pinned(out) if out.is_dir() else out
     path = base / MANIFEST

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import read_state_dict
-from .errors import InputError, MissingExtraError
+from pipeline.checkpoint import read_state_dict
+from pipeline.errors import InputError, MissingExtraError
 
 TABLE_KEY_CHECKPOINT = "base_model.model.language_model.embed_tokens.weight"
 TABLE_KEY_SNAPSHOT = "model.language_model.embed_tokens.weight"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .model import CELL, ModelConfig
+from pipeline.model import CELL, ModelConfig
 
 _EPS = 1e-8
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .golden import GoldenSplit
-from .parity import size_cells
+from pipeline.golden import GoldenSplit
+from pipeline.parity import size_cells
 
 SHOWN_SAMPLES = ("astronaut/centre", "chelsea/whole", "flower/portrait", "hubble_deep_field/panorama")
 METRICS = ("relevance_max_abs", "relevance_mean_abs", "weights_max_abs", "topk_overlap_mean", "topk_overlap_min")
@@ -33,7 +33,7 @@ _COLUMNS = 5
 
 
 def outputs_dir(out: Path) -> Path:
-    from .publish import cache_root
+    from pipeline.publish import cache_root
 
     return cache_root(out) / "report"
 
@@ -79,7 +79,7 @@ def write_report(out: Path, heldout: GoldenSplit | None, log=print, dest: Path |
     """Render report.html and REPORT.md from the manifest in `dest` (default: OUT's published one);
     both replaced atomically in `dest`. A build passes its new generation folder before the switch.
     heldout None (a merge without the checkpoint at hand): no pictures, and the page says why."""
-    from .publish import current_generation
+    from pipeline.publish import current_generation
 
     dest = dest or current_generation(out) or out  # OUT/report.html links into the current generation
     manifest = json.loads((dest / "manifest.json").read_text())
@@ -207,7 +207,7 @@ def _png(fig) -> str:
 def _draw_panel(ax, image: np.ndarray, relevance: np.ndarray, topk: np.ndarray, title: str) -> None:
     from matplotlib.patches import Rectangle
 
-    from .overlay import cell_box, heat_colour
+    from pipeline.overlay import cell_box, heat_colour
 
     height, width = image.shape[:2]
     grid = int(round(len(relevance) ** 0.5))
@@ -231,7 +231,7 @@ def sample_figure(heldout: GoldenSplit, index: int, runs: list[dict]) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .parity import topk_overlap
+    from pipeline.parity import topk_overlap
 
     ref_rel, ref_idx = heldout.expected["relevance"][index], heldout.expected["topk_indices"][index]
     panels = [("eager PyTorch float32 (reference)", ref_rel, ref_idx)]
@@ -292,8 +292,8 @@ def preset_weights(folder: Path, manifest: dict, log=print) -> dict | None:
         return None
     import torch
 
-    from .checkpoint import load_checkpoint
-    from .golden import load_photo
+    from pipeline.checkpoint import load_checkpoint
+    from pipeline.golden import load_photo
 
     ckpt = load_checkpoint(path)
     if ckpt.sha256 != manifest["checkpoint"].get("sha256"):

@@ -13,7 +13,7 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from .errors import InputError
+from pipeline.errors import InputError
 
 ISOLATION_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",

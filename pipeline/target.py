@@ -24,11 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from .checkpoint import LoadedCheckpoint
-from .errors import ExportError, MissingExtraError
-from .export import ExportedProgramFile
-from .golden import GoldenSet, GoldenSplit
-from .parity import Gate
+from pipeline.checkpoint import LoadedCheckpoint
+from pipeline.errors import ExportError, MissingExtraError
+from pipeline.export import ExportedProgramFile
+from pipeline.golden import GoldenSet, GoldenSplit
+from pipeline.parity import Gate
 
 Arrays = dict[str, np.ndarray]
 

@@ -52,10 +52,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import scenes as sc
-from .checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
-from .errors import CheckpointError
-from .model import (WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model, information_score,
+from pipeline import scenes as sc
+from pipeline.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
+from pipeline.errors import CheckpointError
+from pipeline.model import (WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model, information_score,
                     minmax_per_sample, perspectival_score)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ class Features:
 
 def embed_queries(queries: list[str]) -> torch.Tensor:
     """Each distinct query embedded once by the real encoder, then gathered per pair."""
-    from .text_encoder import embed
+    from pipeline.text_encoder import embed
 
     unique = sorted(set(queries))
     vectors = embed(unique)
@@ -412,8 +412,8 @@ def check_out(out: Path, untrained_path: Path | None = None, roots: tuple[Path, 
     link, /proc/self/fd/N) nor inside an output folder or its state (a publish is replaced only
     whole, by build): judged by identity (pipeline.outputs_guard). Checked before training and
     again right before the write."""
-    from .errors import InputError
-    from .outputs_guard import folder_holding, input_named
+    from pipeline.errors import InputError
+    from pipeline.outputs_guard import folder_holding, input_named
 
     untrained_path = untrained_path or UNTRAINED_CHECKPOINT
     if input_named(out, [untrained_path]) is not None:
@@ -544,7 +544,7 @@ def main(out: str | None = None, steps: int | None = None, seed: int | None = No
     """`invoke train`: returns the exit code; typed errors print as one line."""
     import sys
 
-    from .errors import ArrcocError
+    from pipeline.errors import ArrcocError
 
     overrides = {name: int(value) for name, value in (("steps", steps), ("seed", seed)) if value is not None}
     try:

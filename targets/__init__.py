@@ -7,16 +7,16 @@ from __future__ import annotations
 from pipeline.errors import InputError
 from pipeline.target import Target
 
-from .android import AndroidTarget
-from .coreml import CoremlTarget
-from .executorch import ExecutorchTarget
-from .ios import IosTarget
-from .onnx import OnnxTarget
-from .onnx_int8 import OnnxInt8Target
-from .ptl import PtlTarget
-from .web import WebTarget
-from .tensorrt import TensorRTTarget
-from .text_encoder import TextEncoderTarget
+from targets.android import AndroidTarget
+from targets.coreml import CoremlTarget
+from targets.executorch import ExecutorchTarget
+from targets.ios import IosTarget
+from targets.onnx import OnnxTarget
+from targets.onnx_int8 import OnnxInt8Target
+from targets.ptl import PtlTarget
+from targets.web import WebTarget
+from targets.tensorrt import TensorRTTarget
+from targets.text_encoder import TextEncoderTarget
 
 TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), WebTarget(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget(), AndroidTarget(), TextEncoderTarget())}
 

@@ -41,8 +41,8 @@ from pipeline.golden import write_bundle
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import android_app, app_encoder, mobile_contract
-from .mobile_contract import bundle_allowance, copy_to_app, write_sample
+from targets import android_app, app_encoder, mobile_contract
+from targets.mobile_contract import bundle_allowance, copy_to_app, write_sample
 
 REPO = Path(__file__).resolve().parent.parent
 APP_DIR = REPO / "mobile" / "android"
@@ -59,7 +59,7 @@ def app_assets_dir() -> Path:
 
 
 def executorch_version() -> str:
-    from .executorch import version
+    from targets.executorch import version
 
     return version()
 
@@ -180,14 +180,14 @@ class AndroidTarget(Target):
     def _pte_runners(ctx: BuildContext, data: dict) -> dict:
         """The staged .pte files in ExecuTorch's Python runtime: what the JVM tests compare Kotlin's
         parity numbers on (no ExecuTorch runtime exists for a desktop JVM)."""
-        from .executorch import pte_runner
+        from targets.executorch import pte_runner
 
         return {key: pte_runner(ctx.staging / entry["file"], entry["max_batch"]).run
                 for key, entry in data["artifacts"].items()}
 
     def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
         """Every check first, then the copy: a failed check or copy leaves the app's assets alone."""
-        from .executorch import check_method_meta
+        from targets.executorch import check_method_meta
 
         check_bundle(data, ctx.staging)
         for entry in data["artifacts"].values():
@@ -210,7 +210,7 @@ class AndroidTarget(Target):
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
-        from .executorch import check_method_meta
+        from targets.executorch import check_method_meta
 
         checks = check_bundle(data, ctx.staging)
         upstream = {r.variant.name: r.variant.files[0] for r in ctx.upstream["executorch"].variants}

@@ -35,8 +35,8 @@ from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
 
-from . import private_cache, tokenizer_cases
-from .mobile_contract import pil_upright
+from targets import private_cache, tokenizer_cases
+from targets.mobile_contract import pil_upright
 
 REPO = Path(__file__).resolve().parent.parent
 ANDROID = REPO / "mobile" / "android"

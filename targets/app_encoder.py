@@ -72,13 +72,13 @@ class AppEncoder:
 
 
 def runtime_name() -> str:
-    from .executorch import version
+    from targets.executorch import version
 
     return f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)"
 
 
 def _method(path: Path):
-    from .executorch import _method as method
+    from targets.executorch import _method as method
 
     return method(path)
 
@@ -156,7 +156,7 @@ def lower_pte(program, path: Path) -> Path:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from .executorch import _edge_config
+    from targets.executorch import _edge_config
 
     try:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], compile_config=_edge_config())
@@ -179,7 +179,7 @@ def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
     and relevance parity on the held-out photos, each golden sentence through the .pte."""
     from pipeline.text_encoder import embed
 
-    from .text_encoder import SENTENCES, _split_relevance, golden_sentences
+    from targets.text_encoder import SENTENCES, _split_relevance, golden_sentences
 
     method = _method(path)
     got = np.stack([pte_embed(method, minilm_ids(s), True) for s in SENTENCES])
@@ -198,7 +198,7 @@ def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
 
 def minilm_encoder(ctx: BuildContext) -> AppEncoder:
     """Dynamic int8 when it passes the text-encoder target's INT8 gates, else FP32 (its FP32 gates)."""
-    from .text_encoder import FP32_COSINE_MIN, INT8_COSINE_MIN, _gate
+    from targets.text_encoder import FP32_COSINE_MIN, INT8_COSINE_MIN, _gate
 
     path, tried = ctx.staging / ENCODER_FILE, []
     for variant, base, cosine in (("int8", LOSSY, INT8_COSINE_MIN), ("fp32", LOSSLESS, FP32_COSINE_MIN)):
@@ -241,7 +241,7 @@ def form_from_onnx(path: Path):
     import onnx
     from onnx import numpy_helper
 
-    from .qwen_encoder import TokenMeanForm
+    from targets.qwen_encoder import TokenMeanForm
 
     arrays = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     basis, tail = arrays.get("basis"), arrays.get("tail")
@@ -258,7 +258,7 @@ def export_qwen(form):
     import torch
     from torch.export import Dim
 
-    from .qwen_encoder import TokenMeanModule
+    from targets.qwen_encoder import TokenMeanModule
 
     example = (torch.tensor([9064, 374, 279, 10525, 30], dtype=torch.long),)
     return torch.export.export(TokenMeanModule(form).eval(), example,
@@ -269,9 +269,9 @@ def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
     """`published`: targets.web.upstream_text_encoder's record of the text-encoder stage's variant."""
     from pipeline import qwen_query as qq
 
-    from . import onnx_common
-    from .text_encoder import qwen_embed, qwen_texts
-    from .web import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
+    from targets import onnx_common
+    from targets.text_encoder import qwen_embed, qwen_texts
+    from targets.web import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
 
     path = ctx.staging / ENCODER_FILE
     ctx.log(f"query encoder for the app: arr-coc-0-1's token-embedding mean -> ExecuTorch ({path.name})")
@@ -300,8 +300,8 @@ def android_encoder(ctx: BuildContext) -> tuple[AppEncoder | None, str]:
     """The app's encoder for this checkpoint, or (None, why there is none)."""
     from pipeline.errors import MissingExtraError
 
-    from .text_encoder import QWEN_KIND
-    from .web import upstream_text_encoder
+    from targets.text_encoder import QWEN_KIND
+    from targets.web import upstream_text_encoder
 
     published, why = upstream_text_encoder(ctx)
     if published is not None and published["kind"] == QWEN_KIND:
@@ -320,7 +320,7 @@ def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     by name, bytes and sha256, the encoder's input, output, lengths, gate and measured numbers."""
     from pipeline.text_encoder import MAX_TOKENS
 
-    from .mobile_contract import _sha256
+    from targets.mobile_contract import _sha256
 
     pte, tok = encoder.files
     qwen = encoder.kind == "qwen-token-mean"

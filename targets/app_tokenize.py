@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pipeline.errors import GateError, InputError
 
-from . import android_app, ios_app
+from targets import android_app, ios_app
 
 REPO = Path(__file__).resolve().parent.parent
 APPS = ("android", "ios")

@@ -54,7 +54,7 @@ from pipeline.model import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
 from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import onnx_common
+from targets import onnx_common
 
 DEPLOYMENT_TARGET = "iOS17"
 PACKAGE_NAMES = {"fp32": "model_fp32.mlpackage", "fp16": "model_fp16.mlpackage", "int8": "model_int8w.mlpackage"}
@@ -283,7 +283,7 @@ class CoremlTarget(Target):
 
     @staticmethod
     def _info(package: Path, variant: str) -> dict:
-        from .coreml_mil import MilProgram
+        from targets.coreml_mil import MilProgram
 
         program = MilProgram(package)
         return {
@@ -306,7 +306,7 @@ class CoremlTarget(Target):
         }
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
-        from .coreml_mil import MilProgram
+        from targets.coreml_mil import MilProgram
 
         package = ctx.staging / variant.info["package"]
         with quiet():
@@ -365,7 +365,7 @@ def mil_runner(package: Path) -> Runner:
     """The NumPy MIL evaluator: a reference check of the converted program, not CoreML itself."""
     import coremltools as ct
 
-    from .coreml_mil import MilProgram
+    from targets.coreml_mil import MilProgram
 
     with quiet():
         program = MilProgram(package)

@@ -26,7 +26,7 @@ from pipeline.model import OUTPUT_NAMES
 from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
-from .onnx_common import param_bytes
+from targets.onnx_common import param_bytes
 
 FP32_FILE = "model_fp32.pte"
 INT8_FILE = "model_int8.pte"

@@ -33,9 +33,9 @@ from pipeline.golden import write_bundle
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import ios_app, mobile_contract
-from .coreml import IMAGE_INPUT, mil_runner, mlmodel_runner
-from .mobile_contract import bundle_allowance, copy_to_app, write_sample  # shared with targets/android.py
+from targets import ios_app, mobile_contract
+from targets.coreml import IMAGE_INPUT, mil_runner, mlmodel_runner
+from targets.mobile_contract import bundle_allowance, copy_to_app, write_sample  # shared with targets/android.py
 
 REPO = Path(__file__).resolve().parent.parent
 APP_RESOURCES = REPO / "mobile" / "ios" / "ArrcocDemo" / "Resources"

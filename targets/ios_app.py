@@ -44,8 +44,8 @@ from pipeline.errors import GateError
 from pipeline.golden import write_array_bundle
 from pipeline.parity import Gate, parity_metrics
 
-from . import tokenizer_cases
-from .mobile_contract import pil_upright
+from targets import tokenizer_cases
+from targets.mobile_contract import pil_upright
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "mobile" / "ios"

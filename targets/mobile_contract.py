@@ -37,7 +37,7 @@ from pipeline.errors import ExportError
 from pipeline.golden import BUNDLE_WHOLE, bundle_samples
 from pipeline.model import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
 
-from .app_folder import copy_to_app  # noqa: F401 - shared with targets/android.py and targets/ios.py
+from targets.app_folder import copy_to_app  # noqa: F401 - shared with targets/android.py and targets/ios.py
 
 CONTRACT_VERSION = 1
 CONTRACT_FILE = "contract.json"

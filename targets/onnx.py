@@ -4,7 +4,7 @@ from __future__ import annotations
 from pipeline.parity import LOSSLESS, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import onnx_common
+from targets import onnx_common
 
 
 def size_budget(ctx: BuildContext) -> int:

@@ -27,7 +27,7 @@ from pipeline.golden import MIN_CALIBRATION, QUERY_SEED, GoldenSplit, load_photo
 from pipeline.parity import LOSSLESS, LOSSY, Gate, kb, parity_metrics, size_rule
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
-from . import onnx_common, ort_mobile
+from targets import onnx_common, ort_mobile
 
 SIZE_RATIO = 0.35  # INT8 model bytes vs the FP32 ONNX artifact (both metadata-stripped)
 CALIBRATION_METHOD = "MinMax"

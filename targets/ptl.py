@@ -24,7 +24,7 @@ from pipeline.model import OUTPUT_NAMES
 from pipeline.parity import LOSSLESS, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
-from .onnx_common import param_bytes
+from targets.onnx_common import param_bytes
 
 PTL_FILE = "model.ptl"
 

@@ -120,7 +120,7 @@ def export_onnx(form: TokenMeanForm, path: Path) -> Path:
     import onnx
     from torch.export import Dim
 
-    from . import onnx_common
+    from targets import onnx_common
 
     example = torch.tensor([9064, 374, 279, 10525, 30], dtype=torch.long)
     with contextlib.redirect_stdout(io.StringIO()), onnx_common.quiet_torch_onnx():

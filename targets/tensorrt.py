@@ -26,7 +26,7 @@ from pipeline.model import MAX_SIDE, MIN_SIDE
 from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
-from . import onnx_common, trt_backend
+from targets import onnx_common, trt_backend
 
 MiB = 1024 * 1024
 # TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
@@ -145,7 +145,7 @@ def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, st
     """Re-quantise with zero-point-0 activations: onnx-int8's chosen candidate first, then the
     others, each measured on the calibration split (as onnx-int8 selects); the first that passes
     the INT8 gate there is held to it on the held-out split in onnxruntime before any plan is built."""
-    from . import onnx_int8
+    from targets import onnx_int8
 
     chosen = quant_info["candidate"]
     order = sorted(onnx_int8.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order

@@ -28,7 +28,7 @@ from pipeline.golden import GoldenSplit
 from pipeline.parity import LOSSLESS, LOSSY, Gate
 from pipeline.target import BuildContext, Runner, Target, Variant, expect_file
 
-from . import onnx_common
+from targets import onnx_common
 
 INPUTS = ("input_ids", "attention_mask")
 OUTPUT = "sentence_embedding"  # "embedding" collides with a node name inside the exported BERT
@@ -350,7 +350,7 @@ QWEN_GATE = Gate({**LOSSY.maxima}, {**LOSSY.minima, **QWEN_CORPUS_MINIMA}, LOSSY
 
 def qwen_texts(tokenizer) -> list[str]:
     """SENTENCES and the questions of qwen_encoder, less those with no tokens."""
-    from .qwen_encoder import corpus
+    from targets.qwen_encoder import corpus
 
     return corpus(tokenizer, SENTENCES)[0]
 
@@ -359,7 +359,7 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
     """Design the shipped form by measurement: the smallest that keeps the corpus' top-K and |q|."""
     from pipeline import qwen_query as qq
 
-    from . import qwen_encoder as qe
+    from targets import qwen_encoder as qe
 
     tokenizer = qq.load_tokenizer(tokenizer_path)  # the build core checked it against the table (check_sources)
     texts, ids = qe.corpus(tokenizer, SENTENCES)

@@ -44,7 +44,7 @@ from pipeline.model import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
 from pipeline.parity import LOSSLESS, LOSSY, Gate, topk_overlap
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import onnx_common
+from targets import onnx_common
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = REPO / "web"
@@ -122,7 +122,7 @@ LONG_TEXT = LONG_TEXT[:2000]
 
 def token_check_strings() -> list[str]:
     """The corpus both tokenizers are held to, exactly: the encoder's SENTENCES, TOKEN_EXTRA, LONG_TEXT."""
-    from .text_encoder import SENTENCES
+    from targets.text_encoder import SENTENCES
 
     return [*SENTENCES, *TOKEN_EXTRA, LONG_TEXT]
 
@@ -179,7 +179,7 @@ def upstream_text_encoder(ctx: BuildContext) -> tuple[dict | None, str]:
     """The text-encoder variant the page runs, or (None, why not): arr-coc-0-1's encoder when the
     stage built one (a reference checkpoint with --base-model), else MiniLM's INT8; each with its
     model, tokenizer.json and tokenizer_config.json."""
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     stage = ctx.upstream.get("text-encoder")
     if stage is None:
@@ -204,7 +204,7 @@ def text_encoder_page(kind: str) -> dict:
     """What the page needs to run an encoder of this kind (config.json text_encoder, less sizes)."""
     from pipeline.text_encoder import MAX_TOKENS
 
-    from . import text_encoder as te
+    from targets import text_encoder as te
 
     if kind == te.QWEN_KIND:
         return {"kind": kind, "name": "arr-coc-0-1 query encoder (Qwen3-VL token-embedding mean, onnxruntime-web)",
@@ -259,8 +259,8 @@ def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
     queries with a note the page shows."""
     from pipeline import text_encoder
 
-    from .mobile_contract import golden_presets
-    from .text_encoder import QWEN_KIND
+    from targets.mobile_contract import golden_presets
+    from targets.text_encoder import QWEN_KIND
 
     if text is not None and text["kind"] == QWEN_KIND:
         emb = python_qwen_embed(text["model"], python_token_ids(text, list(PRESET_QUERIES)))
@@ -400,7 +400,7 @@ def _pil_version() -> str:
 
 def text_gate(base: Gate, kind: str) -> Gate:
     """The site's gate plus the free-text query path, measured in the browser at build time."""
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     if kind == QWEN_KIND:
         return Gate({**base.maxima, "text_token_mismatches": 0, "text_embedding_rel_err_max": QWEN_BROWSER_REL_MAX},
@@ -415,7 +415,7 @@ def python_token_ids(text: dict, strings: list[str]) -> list[list[int]]:
     from pipeline import qwen_query as qq
     from pipeline.text_encoder import tokenize
 
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     if text["kind"] == QWEN_KIND:
         tokenizer = qq.load_tokenizer(Path(text["tokenizer_json"]))
@@ -425,7 +425,7 @@ def python_token_ids(text: dict, strings: list[str]) -> list[list[int]]:
 
 def python_qwen_embed(model: Path, ids: list[list[int]]) -> np.ndarray:
     """Python onnxruntime on query_encoder.onnx, one query per run as the page runs it."""
-    from .text_encoder import qwen_embed
+    from targets.text_encoder import qwen_embed
 
     return qwen_embed(onnx_common.ort_session(model), ids).astype(np.float32)
 
@@ -438,7 +438,7 @@ def measure_text_in_browser(session: "PageSession", text: dict, log) -> tuple[di
     padded batches of 8 vs pipeline.text_encoder.embed (cosine); arr-coc-0-1's encoder on every
     string with tokens vs Python onnxruntime on the same file. Info: the page's time per query
     (tokenize + encode, batch 1) and the code-point sweep."""
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     strings = token_check_strings()
     got_ids = session.page.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
@@ -512,7 +512,7 @@ def code_point_sweep(session: "PageSession", text: dict, log) -> dict:
     (and the corpus, which the gate holds exact, keeps to characters both know)."""
     import tokenizers
 
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     strings = ["a" + chr(c) + "b" for c in SWEEP]
     packed = session.page.evaluate("(t) => window.arrcoc.tokenizePacked(t)", strings)
@@ -551,7 +551,7 @@ def fp32_gate(budget: int = SITE_BUDGET) -> Gate:
 def site_budget(text: dict | None) -> int:
     """SITE_BUDGET with MiniLM or no encoder; with arr-coc-0-1's, the rest of the site plus the budget
     the text-encoder stage held its files to (they grow with the checkpoint's query width)."""
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     if text is not None and text["kind"] == QWEN_KIND:
         return SITE_BUDGET_WITHOUT_ENCODER + int(text["budget"])
@@ -560,7 +560,7 @@ def site_budget(text: dict | None) -> int:
 
 def text_info(text: dict) -> dict:
     """The manifest's record of the page's free-text path (the measured parts are added later)."""
-    from .text_encoder import QWEN_KIND
+    from targets.text_encoder import QWEN_KIND
 
     page = text_encoder_page(text["kind"])
     library = f"@huggingface/tokenizers {npm_version('@huggingface/tokenizers')}"
