@@ -1,6 +1,6 @@
 """Invoke tasks: thin wrappers over `pipeline` (run `invoke --list`).
 
-Numbers are taken as text and checked by pipeline.options: Invoke's own int conversion prints a
+Numbers are taken as text and checked by pipeline.frontends.options: Invoke's own int conversion prints a
 traceback on a value like "abc". Every task ends a bad input with one line and exit 2.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 
 def _early_interrupt(signum, frame) -> None:
-    """Ctrl-C (or SIGTERM) before a task's own handlers are in place (pipeline.cli.guarded): while
-    this file imports (--runtime's help loads pipeline.predict, numpy, torch: seconds on a loaded
+    """Ctrl-C (or SIGTERM) before a task's own handlers are in place (pipeline.frontends.cli.guarded): while
+    this file imports (--runtime's help loads pipeline.frontends.predict, numpy, torch: seconds on a loaded
     host) or the task imports its modules. Invoke would answer the KeyboardInterrupt with exit 1
     and no output; nothing has been written yet, so say guarded's one line and leave at once."""
     names = ("build", "verify", "merge", "predict", "serve", "clean", "bench", "train", "test")
@@ -31,7 +31,7 @@ def _run_by_invoke() -> bool:
     return type(program).__module__.startswith("invoke.")
 
 
-# Tests: the file this names is created once the handlers above are in place (pipeline.cli.READY_ENV
+# Tests: the file this names is created once the handlers above are in place (pipeline.frontends.cli.READY_ENV
 # marks the later moment when a task's own are). Before this file runs, Python and Invoke import
 # themselves (about 0.2 s): a Ctrl-C there is Python's and Invoke's own, no project code runs yet.
 LOADING_ENV = "ARRCOC_TEST_LOADING_FILE"
@@ -89,7 +89,7 @@ def _exit(code: int) -> None:
 def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None,
           base_model=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     options = {"calibration_dir": calibration} if calibration is not None else {}
     options.update(grid=grid, top_k=top_k, base_model=base_model)
@@ -99,7 +99,7 @@ def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration
 @task(help={"out": "output folder; default: artifacts/", "verbose": VERBOSE})
 def verify(c, out=None, verbose=False):
     """Re-check published files against the manifest's sizes and sha256 hashes; list unlisted files."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.verify(out, verbose))
 
@@ -110,13 +110,13 @@ def verify(c, out=None, verbose=False):
             "verbose": VERBOSE})
 def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
     """Join published folders built from one checkpoint into one published folder and manifest."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.merge(parts, out, checkpoint, verbose))
 
 
 def _runtimes_help() -> str:
-    from pipeline.predict import PREFERRED
+    from pipeline.frontends.predict import PREFERRED
 
     return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's primary variant, as its manifest declares it), or target:variant "
             "(e.g. executorch:int8, onnx-int8:fp32-ort); default: the fastest published in --out "
@@ -139,7 +139,7 @@ def _runtimes_help() -> str:
 def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
             verbose=False):
     """Run a published artifact on one whole photo and a query: top-K cells and the three weights."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.predict(image, query, query_embedding, out, runtime, json, heatmap, verbose))
 
@@ -148,7 +148,7 @@ def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=N
             "verbose": VERBOSE})
 def serve(c, out=None, port=None, verbose=False):
     """Serve the built web demo on localhost with cross-origin isolation (multi-threaded WASM)."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.serve(out, port, verbose))
 
@@ -156,7 +156,7 @@ def serve(c, out=None, port=None, verbose=False):
 @task(help={"out": "output folder to empty; default: artifacts/", "verbose": VERBOSE})
 def clean(c, out=None, verbose=False):
     """Remove published artifacts, the manifest, staging leftovers and the export cache."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.clean(out, verbose))
 
@@ -168,13 +168,13 @@ def clean(c, out=None, verbose=False):
             "verbose": VERBOSE})
 def bench(c, out=None, runs=None, verbose=False, photos=None):
     """Latency of torch eager and every published runtime, side by side (not a test)."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.bench(out, runs, verbose, photos))
 
 
 @task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",
-            "steps": "Adam steps (default: pipeline.train.Recipe.steps)",
+            "steps": "Adam steps (default: pipeline.training.train.Recipe.steps)",
             "seed": "initialisation and batch-order seed (default 0); same seed -> same bytes",
             "verbose": VERBOSE})
 def train(c, out=None, steps=None, seed=None, verbose=False):
@@ -183,7 +183,7 @@ def train(c, out=None, steps=None, seed=None, verbose=False):
     Prints held-out precision@K / R-precision of the trained model next to the untrained
     checkpoint and a query-blind baseline trained in the same run.
     """
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.train(out, steps, seed, verbose))
 
@@ -197,7 +197,7 @@ def train(c, out=None, steps=None, seed=None, verbose=False):
     "verbose": VERBOSE})
 def app_tokenize(c, app=None, tokenizer=None, text_file=None, max_length=None, verbose=False):
     """Print the ids an app's own tokenizer gives each line of a text file, one JSON array per line."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     _exit(cli.app_tokenize(app, tokenizer, text_file, max_length, verbose))
 

@@ -29,8 +29,8 @@ CONFIGS = ("eager", "compile", "compile-reduce-overhead")
 def load_model(checkpoint: str):
     """The checkpoint's model, or with "reference" a seeded model at arr-coc-0-1's own settings
     (G=32, K=200, D=2048 as for Qwen3-VL-2B): latency does not depend on the weights' values."""
-    from pipeline.checkpoint import REFERENCE_SETTINGS, load_checkpoint
-    from pipeline.model import CELL, ModelConfig, build_model
+    from pipeline.relevance.checkpoint import REFERENCE_SETTINGS, load_checkpoint
+    from pipeline.relevance.model import CELL, ModelConfig, build_model
 
     if checkpoint == "reference":
         grid = REFERENCE_SETTINGS["grid"]
@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--reference-settings", action="store_true",
                     help="seeded model at G=32, K=200, D=2048 instead of --checkpoint")
     ap.add_argument("--form", choices=("direct", "reduced"), default="reduced",
-                    help="participatory head form (pipeline/model.py ParticipatoryScorer)")
+                    help="participatory head form (pipeline/relevance/model.py ParticipatoryScorer)")
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--one", help=argparse.SUPPRESS)  # "config:batch", run in a child process
     args = ap.parse_args()

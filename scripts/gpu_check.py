@@ -5,7 +5,7 @@ the TensorRT(-RTX) Python packages (no project install, no package index):
     pip install --no-deps tensorrt_rtx_cu13_libs-*.whl tensorrt_rtx_cu13_bindings-*-cp3XX-*.whl
     python scripts/gpu_check.py artifacts/tensorrt/model.fp32.plan --onnx model.onnx
 
-It uses the target's own adapter (targets/trt_backend.py, loaded by path so the rest of the
+It uses the target's own adapter (targets/tensorrt/backend.py, loaded by path so the rest of the
 project's dependencies are not needed) and prints, one line each: the GPU and its compute
 capability; the backend; the target's host check (what `load()` would raise); the plan header's
 validity and diagnostics; whether the plan deserialises; if it does, the plan's I/O and a

@@ -24,6 +24,8 @@ WIDTH = 34  # the column where the descriptions start
 def first_line(path: Path) -> str:
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     line = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, on one line
+    if len(line) > 110 and ": " in line[:110]:
+        line = line[: line.index(": ")]  # a package's role: what comes before its list
     if not line:
         raise SystemExit(f"{path.relative_to(REPO)} has no docstring: say in one line what it is for")
     return line

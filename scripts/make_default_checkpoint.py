@@ -7,8 +7,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.checkpoint import save_checkpoint  # noqa: E402
-from pipeline.model import ModelConfig, build_model  # noqa: E402
+from pipeline.relevance.checkpoint import save_checkpoint
+from pipeline.relevance.model import ModelConfig, build_model
 
 SEED = 0
 

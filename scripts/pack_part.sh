@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pack_part.sh OUT DEST: copy a published folder as plain files, for a CI artifact upload.
-# OUT is a link to its current generation (pipeline/publish.py); artifact uploads and zips do not
+# OUT is a link to its current generation (pipeline/publishing/publish.py); artifact uploads and zips do not
 # keep symlinks reliably, so DEST gets what OUT holds as plain files (cp -L), and none of the
 # state beside OUT. .cache/report (saved runtime outputs, for the merged report's
 # maps) and .cache/export (the .pt2) come along; `invoke merge` reads both when present.

@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The import contracts (.importlinter): one direction through pipeline/, targets as rooms, no cycles.
+.venv/bin/lint-imports
 exec .venv/bin/python -m pytest -q "$@"

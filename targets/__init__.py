@@ -5,18 +5,18 @@ Adding a target = one module with a Target subclass + one line here.
 from __future__ import annotations
 
 from pipeline.errors import InputError
-from pipeline.target import Target
+from pipeline.stages.target import Target
 
-from targets.android import AndroidTarget
-from targets.coreml import CoremlTarget
+from targets.android.target import AndroidTarget
+from targets.coreml.target import CoremlTarget
 from targets.executorch import ExecutorchTarget
-from targets.ios import IosTarget
+from targets.ios.target import IosTarget
 from targets.onnx import OnnxTarget
-from targets.onnx_int8 import OnnxInt8Target
+from targets.onnx_int8.target import OnnxInt8Target
 from targets.ptl import PtlTarget
-from targets.web import WebTarget
-from targets.tensorrt import TensorRTTarget
-from targets.text_encoder import TextEncoderTarget
+from targets.web.target import WebTarget
+from targets.tensorrt.target import TensorRTTarget
+from targets.text_encoder.target import TextEncoderTarget
 
 TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), WebTarget(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget(), AndroidTarget(), TextEncoderTarget())}
 

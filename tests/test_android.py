@@ -2,7 +2,7 @@
 assets match contract.json byte for byte and land where the Kotlin code opens them; the build
 compiles every Kotlin file of the app with kotlinc 2.0.21 against android.jar and runs its JUnit
 tests on the JVM against the bundle it staged (contract parsing, golden reader, parity metrics and
-gate equal to pipeline/parity.py's, EXIF re-indexing equal to PIL's), and a build whose app copy
+gate equal to pipeline/stages/parity.py's, EXIF re-indexing equal to PIL's), and a build whose app copy
 cannot be written leaves the previously published artifacts untouched.
 What is still read from the sources is only what nothing here can run: the Android shell's decoder
 calls (BitmapFactory on a device) and the asset names the APK opens."""
@@ -23,7 +23,7 @@ import pytest
 
 from conftest import run_cli
 from mobile_build import ANDROID, bundle_in_app, seed_user_files, source_function, user_files_left
-from pipeline.model import MAX_SIDE, MIN_SIDE
+from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ KOTLIN_APP = sorted(p for folder in ("main", "androidTest") for p in (ANDROID / 
 
 def require_jvm_toolchain() -> None:
     """The app's compile and JVM tests are part of this suite: without their toolchain it fails, in one line."""
-    from targets import android_app
+    from targets.android import app as android_app
 
     reason = android_app.missing_reason()
     if reason:
@@ -97,7 +97,8 @@ def test_manifest_entry(built):
 
 
 def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract):
-    from targets import android, mobile_contract
+    from targets.android import target as android
+    from targets.shared import mobile_contract
 
     out, app = built
     manifest = json.loads((out / "manifest.json").read_text())["targets"]["executorch"]
@@ -205,7 +206,7 @@ def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
     """sample.png decodes (PIL, as load_photo) to exactly the golden sample contract.app.sample_golden
     names: a whole non-square photo at its own size. GoldenParityTest.samplePhotoDecodesToTheGoldenBytes
     makes the same comparison with the app's own decoder on the device."""
-    from pipeline.golden import load_photo
+    from pipeline.stages.golden import load_photo
 
     app = contract["app"]
     sample = next(s for s in golden["samples"] if s["name"] == app["sample_golden"])
@@ -218,7 +219,8 @@ def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
 
 def test_app_looks_where_the_build_copies():
     """Static: which asset names the APK opens is only seen on a device (Assets.kt's AssetManager calls)."""
-    from targets import android, mobile_contract
+    from targets.android import target as android
+    from targets.shared import mobile_contract
 
     # Gradle's default assets folder, not redefined by the app's build script
     assert android.APP_ASSETS == ANDROID / "app" / "src" / "main" / "assets"
@@ -313,7 +315,7 @@ def app_build(built) -> dict:
 def test_every_kotlin_file_compiles_and_the_jvm_tests_pass(app_build):
     """The build compiled main, test and androidTest (and the stubs) with kotlinc 2.0.21 and ran the
     JUnit tests on the bundle it staged: all ran, none skipped, none failed."""
-    from targets import android_app
+    from targets.android import app as android_app
 
     record = app_build["app_build"]
     assert record["status"] == "passed", record["reason"]
@@ -333,9 +335,9 @@ def test_every_kotlin_file_compiles_and_the_jvm_tests_pass(app_build):
 
 
 def test_kotlin_parity_equals_pipeline_parity_both_ways(app_build):
-    """Kotlin's metrics, printed by the JVM test, next to pipeline/parity.py's on the same arrays: the
+    """Kotlin's metrics, printed by the JVM test, next to pipeline/stages/parity.py's on the same arrays: the
     .pte outputs of ExecuTorch's Python runtime pass, the perturbed copies pass or fail as designed."""
-    from targets.android_app import TOLERANCE
+    from targets.android.app import TOLERANCE
 
     cases = app_build["app_build_detail"]["parity_vs_python"]
     assert {"executorch-fp32", "executorch-int8", "tie-swap-within-tolerance", "swap-outside-tolerance",
@@ -351,7 +353,7 @@ def test_kotlin_parity_equals_pipeline_parity_both_ways(app_build):
 
 def test_a_compile_error_is_a_gate_error_naming_the_line(tmp_path):
     from pipeline.errors import GateError
-    from targets import android_app
+    from targets.android import app as android_app
 
     require_jvm_toolchain()
     broken = tmp_path / "Broken.kt"
@@ -366,7 +368,7 @@ def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
     """The JVM parity test is not vacuous: one of Python's numbers changed by more than the tolerance
     and the run is a GateError naming the test."""
     from pipeline.errors import GateError
-    from targets import android_app
+    from targets.android import app as android_app
 
     require_jvm_toolchain()
     assets = built[1]
@@ -384,7 +386,7 @@ def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
 
 
 def test_a_missing_toolchain_is_not_run_with_the_command_that_installs_it(monkeypatch, tmp_path):
-    from targets import android_app
+    from targets.android import app as android_app
 
     monkeypatch.setattr(android_app, "ANDROID_JAR", tmp_path / "absent" / "android.jar")
     record, detail = android_app.app_build(tmp_path, {}, dict, lambda _: None)
@@ -394,7 +396,7 @@ def test_a_missing_toolchain_is_not_run_with_the_command_that_installs_it(monkey
 
 def test_pipeline_parity_gives_the_tie_example_numbers_the_jvm_test_asserts():
     """GoldenTest.tieRuleMatchesPipelineParity (and GoldenParityTest on a device) assert these numbers."""
-    from pipeline.parity import topk_overlap
+    from pipeline.stages.parity import topk_overlap
 
     scores = np.array([[0.9, 0.5, 0.5004, 0.1]], dtype=np.float32)
     with_ties, strict = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 1]]), 1e-3)

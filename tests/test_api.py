@@ -27,7 +27,8 @@ import json, sys
 import numpy as np
 from PIL import Image
 import pipeline
-from pipeline import build, load
+from pipeline import load
+from pipeline.building import build
 
 out, photo, query_file, report = sys.argv[1:5]
 result = build(targets="onnx,ptl", out=out)
@@ -63,7 +64,7 @@ with open(report, "w") as f:
 
 @pytest.fixture(scope="module")
 def photo(tmp_path_factory) -> Path:
-    from pipeline.golden import _photo
+    from pipeline.stages.golden import _photo
 
     path = tmp_path_factory.mktemp("photos") / "cat.jpg"
     Image.fromarray(_photo("chelsea")).save(path, quality=92)
@@ -139,11 +140,11 @@ def test_a_users_script_equals_invoke_predict_and_prints_nothing(user_run, photo
 def test_import_pipeline_is_cheap_and_exports_the_api_and_errors():
     code = ("import sys, pipeline\n"
             "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'onnxruntime')]\n"
-            "import pipeline.build, pipeline.errors\n"  # the module pipeline/build.py must not shadow build()
+            "import pipeline.building.build, pipeline.errors\n"  # the module pipeline/building/build.py must not shadow build()
             "from pipeline import build, load, ArrcocError, InputError, GateError\n"
-            "assert callable(build) and build.__module__ == 'pipeline.api' and load.__module__ == 'pipeline.api'\n"
+            "assert callable(build) and build.__module__ == 'pipeline.frontends.api' and load.__module__ == 'pipeline.frontends.api'\n"
             "assert issubclass(InputError, ArrcocError) and GateError is pipeline.errors.GateError\n"
-            "from pipeline.build import run_build\n")
+            "from pipeline.building.build import run_build\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -154,7 +155,7 @@ def test_import_pipeline_is_cheap_and_exports_the_api_and_errors():
 
 @pytest.fixture(scope="module")
 def out(checkpoint_path, tmp_path_factory):
-    from pipeline.build import run_build
+    from pipeline.building.build import run_build
     from targets import TARGETS
 
     folder = tmp_path_factory.mktemp("api-quick") / "out"
@@ -166,7 +167,7 @@ def test_exif_orientation_is_applied_to_files_and_pil_images_not_to_arrays(out, 
     """A phone's portrait JPEG stored sideways with Orientation 6: the file and its PIL image are
     turned upright (as `invoke predict` decodes the file); an array is taken as given."""
     from pipeline import load
-    from pipeline.golden import _photo
+    from pipeline.stages.golden import _photo
 
     stored = Image.fromarray(_photo("chelsea"))  # 451 x 300 as stored
     exif = stored.getexif()
@@ -241,7 +242,7 @@ def test_predict_many_keeps_order_batches_by_size_and_reports_unreadable_photos(
 
 
 def test_printed_size_and_json_image_size_say_the_same_order(out, tmp_path):
-    from pipeline.golden import _photo
+    from pipeline.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "cat.jpg")
     proc = run_cli("predict", "--image", str(tmp_path / "cat.jpg"), "--query", QUESTION, "--out", str(out),
@@ -252,7 +253,7 @@ def test_printed_size_and_json_image_size_say_the_same_order(out, tmp_path):
 
 
 def _folder(tmp_path) -> Path:
-    from pipeline.golden import _photo
+    from pipeline.stages.golden import _photo
 
     photos = tmp_path / "photos"
     photos.mkdir()
@@ -327,7 +328,7 @@ def test_many_photos_outputs_are_checked_before_the_model_runs(case, out, tmp_pa
 def test_every_example_of_docs_python_md_runs(tmp_path, golden):
     """The page's ```python blocks, in order, in one process, in a folder holding photo.jpg and
     query.npy: they build, load, predict and catch errors as written."""
-    from pipeline.golden import _photo
+    from pipeline.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "photo.jpg")
     np.save(tmp_path / "query.npy", golden.heldout.queries[0])
@@ -360,7 +361,7 @@ def test_the_wheel_loads_and_predicts_outside_the_checkout(out, tmp_path):
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site),
                               str(whl)], capture_output=True, text=True, timeout=900)
     assert install.returncode == 0, install.stderr[-2000:]
-    from pipeline.golden import _photo
+    from pipeline.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "cat.jpg")
     code = ("import sys, pipeline\n"

@@ -1,14 +1,14 @@
 """What the app stages may touch (issue 35): the app folder holds the user's files too, and the
 caches and locks the stages keep live where no one else can write them.
 
-- The bundle goes into the app folder file by file (targets/app_folder.py): the user's files in it
+- The bundle goes into the app folder file by file (targets/shared/app_folder.py): the user's files in it
   (nested ones too) and every folder beside it stay byte for byte; a stale file of ours is replaced
   or removed; a file of the user's where the bundle writes one is refused in one line, before
   anything is written; nothing is written through a link.
-- The Kotlin class cache (targets/android_app.py) lives in a per-user folder checked for owner and
+- The Kotlin class cache (targets/android/app.py) lives in a per-user folder checked for owner and
   mode, and an entry is re-hashed against its manifest, bound to its key, before it is used: a
   planted, copied, linked or foreign entry is a note and a fresh compile, never a pass.
-- The Swift chroot (targets/ios_app.py): mounts and lock by the chroot's real path, the lock opened
+- The Swift chroot (targets/ios/app.py): mounts and lock by the chroot's real path, the lock opened
   without blocking or following links, and a killed build leaves no Swift process running.
 All on real files, real compilers and the real chroot."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import OutputDirError
-from targets.mobile_contract import copy_to_app
+from targets.shared.mobile_contract import copy_to_app
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -160,7 +160,7 @@ PLANT_AND_COMPILE = r'''
 import hashlib, json, os, shutil, sys, tempfile
 from pathlib import Path
 from pipeline.errors import GateError
-from targets import android_app
+from targets.android import app as android_app
 
 how, stubs = sys.argv[1], Path(sys.argv[2])
 android_app.SOURCE_SETS["stubs"] = stubs
@@ -207,7 +207,7 @@ print(json.dumps({"outcome": outcome, "notes": notes, "key": key, "left": left})
 @pytest.fixture(scope="module")
 def broken_stubs(tmp_path_factory) -> Path:
     """The compile-only stubs with a type error: the first kotlinc run fails (the cheapest compile error)."""
-    from targets import android_app
+    from targets.android import app as android_app
 
     if android_app.missing_reason():
         pytest.fail(f"Android app toolchain missing: {android_app.missing_reason()}", pytrace=False)
@@ -249,7 +249,7 @@ def test_a_planted_or_unsound_class_cache_never_passes_broken_kotlin(tmp_path, b
 def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monkeypatch):
     """The seal is re-checked on every use: a class file changed, added or replaced by a link after
     the seal, or the entry's folder left writable by others, each says why it is not used."""
-    from targets import private_cache
+    from targets.shared import private_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     cache = private_cache.user_cache_dir("android-classes")
@@ -281,7 +281,7 @@ def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monk
 
 def swift_chroot() -> Path:
     """The shared setup's chroot (never made or removed here: other builds use it concurrently)."""
-    from targets import ios_app
+    from targets.ios import app as ios_app
 
     swift, why = ios_app.Swift.find()
     if swift is None or swift.chroot is None:
@@ -302,7 +302,7 @@ def mount_ids_under(root: Path) -> set[str]:
 def test_a_chroot_named_through_a_link_is_unmounted_after_the_session(tmp_path):
     """ARRCOC_SWIFT_CHROOT spelled through a link: /proc and /dev are mounted for the session and
     gone after it (mountinfo lists the real path; the check compares that)."""
-    from targets import ios_app
+    from targets.ios import app as ios_app
 
     real = swift_chroot()
     link = tmp_path / "chroot-link"
@@ -318,7 +318,7 @@ SESSION = r'''
 import sys, time
 from pathlib import Path
 from pipeline.errors import GateError
-from targets import ios_app
+from targets.ios import app as ios_app
 try:
     with ios_app.Swift(Path(sys.argv[1])).session():
         print("in", time.time(), flush=True)
@@ -386,7 +386,7 @@ def test_a_lock_that_is_not_a_regular_file_of_ours_is_refused_at_once(tmp_path, 
 BUILD_IN_CHROOT = r'''
 import sys
 from pathlib import Path
-from targets import ios_app
+from targets.ios import app as ios_app
 swift = ios_app.Swift.find()[0]
 with swift.session():
     work = swift.workdir()
@@ -415,7 +415,7 @@ def test_a_killed_build_leaves_no_swift_process_compiling(tmp_path):
     import signal
     import time
 
-    from targets import ios_app
+    from targets.ios import app as ios_app
 
     real = swift_chroot()
     (tmp_path / "resources").mkdir()

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from targets import android_app, app_tokenize, ios_app, tokenizer_cases
+from targets import app_tokenize
+from targets.android import app as android_app
+from targets.ios import app as ios_app
+from targets.shared import tokenizer_cases
 from tests.one_line import one_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,7 +77,7 @@ def test_app_ids_equal_pythons(app, source, queries):
     assert not wrong, f"{len(wrong)} lines differ, first {wrong[0]!r}"
     # the Python encoder's own path (transformers, as sentence-transformers calls it) for MiniLM
     if max_length is not None:
-        from pipeline import text_encoder
+        from pipeline.relevance import text_encoder
 
         enc = text_encoder.tokenizer()(texts, truncation=True, max_length=max_length)["input_ids"]
         assert [list(x) for x in enc] == got

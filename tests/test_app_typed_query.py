@@ -54,7 +54,7 @@ def through_the_app(app: Path, ids: list[int]) -> tuple[dict, float]:
     from executorch.runtime import Runtime
     from PIL import Image
 
-    from pipeline.model import OUTPUT_NAMES
+    from pipeline.relevance.model import OUTPUT_NAMES
 
     data = json.loads((app / "contract.json").read_text())
     enc = data["typed_text"]["encoder"]
@@ -102,7 +102,7 @@ def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
 
 
 def test_minilm_typed_query_selects_what_predict_selects(tmp_path):
-    from pipeline.text_encoder import tokenize
+    from pipeline.relevance.text_encoder import tokenize
 
     out, app = build(tmp_path)
     typed = json.loads((app / "contract.json").read_text())["typed_text"]
@@ -117,7 +117,7 @@ def test_minilm_typed_query_selects_what_predict_selects(tmp_path):
 
 
 def test_reference_checkpoint_typed_query_selects_what_predict_selects(tmp_path):
-    from pipeline import qwen_query as qq
+    from pipeline.relevance import qwen_query as qq
 
     snapshot = write_snapshot(tmp_path / "qwen", 64)
     ckpt = write_reference_checkpoint(tmp_path / "ref.pt", 64)

@@ -65,7 +65,8 @@ def test_bench_without_artifacts_is_a_clear_error(tmp_path):
 
 
 def test_a_variant_slower_than_its_fp32_gets_its_targets_reason():
-    from pipeline.bench import BenchCase, speed_notes
+    from pipeline.frontends.bench import speed_notes
+    from pipeline.stages.target import BenchCase
 
     cases = [BenchCase("rt fp32 (1 thread)", print, 1),
              BenchCase("rt int8 (1 thread)", print, 1, compare_to="rt fp32 (1 thread)", speed_note="the reason")]
@@ -81,7 +82,7 @@ def test_bench_inputs_are_contiguous_copies_of_the_golden_views():
     make the native runtimes copy it inside each timed call while the browser case does not."""
     import numpy as np
 
-    from pipeline.bench import frame
+    from pipeline.frontends.bench import frame
 
     base = np.arange(4 * 3 * 4 * 4, dtype=np.float32).reshape(4, 3, 4, 4)
     views = {"image": base[::2], "query": np.ones((4, 3), np.float32)[:, :2]}
@@ -93,7 +94,7 @@ def test_bench_inputs_are_contiguous_copies_of_the_golden_views():
 
 
 def test_speed_goals_are_ratios_of_one_thread_medians_of_one_run():
-    from pipeline.bench import speed_goals
+    from pipeline.frontends.bench import speed_goals
 
     row = lambda runtime, case, ms, threads=1: {"runtime": runtime, "case": case, "threads": threads,  # noqa: E731
                                                 "median_ms": ms}

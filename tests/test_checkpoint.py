@@ -13,11 +13,11 @@ from safetensors.torch import save_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.checkpoint import load_checkpoint, override_settings, save_checkpoint
-from pipeline.cli import DEFAULT_CHECKPOINT
+from pipeline.relevance.checkpoint import load_checkpoint, override_settings, save_checkpoint
+from pipeline.frontends.options import DEFAULT_CHECKPOINT
 from pipeline.errors import CheckpointError, InputError, SettingsError
-from pipeline.options import optional_positive
-from pipeline.model import ModelConfig, build_model
+from pipeline.frontends.options import optional_positive
+from pipeline.relevance.model import ModelConfig, build_model
 
 
 def _same_weights(a, b) -> bool:

@@ -107,7 +107,7 @@ def test_manifest_of_the_wrong_shape_is_one_line_for_every_reader(content, why, 
 
 
 def test_verify_reports_files_the_manifest_does_not_list(tmp_path):
-    from pipeline import publish
+    from pipeline.publishing import publish
 
     files = tmp_path / "staged" / "t"
     files.mkdir(parents=True)
@@ -175,7 +175,8 @@ def listing(name: str, folder: Path) -> dict:
 def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
     """An immutable generations folder (chattr +i: even root cannot write it): the build fails
     with one line and the published state is unchanged."""
-    from pipeline import cli, publish
+    from pipeline.frontends import cli
+    from pipeline.publishing import publish
 
     staged = tmp_path / "staged" / "t"
     staged.mkdir(parents=True)
@@ -206,7 +207,8 @@ def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
 def test_published_target_folder_that_cannot_be_removed_does_not_block_publishing(tmp_path):
     """A published target folder made immutable: the new generation never modifies it, so the
     build publishes; the old generation it cannot remove is named in a note, not a traceback."""
-    from pipeline import cli, publish
+    from pipeline.frontends import cli
+    from pipeline.publishing import publish
 
     out = tmp_path / "out"
     out.mkdir()

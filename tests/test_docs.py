@@ -80,7 +80,7 @@ def test_build_help_names_every_target():
 
 def test_golden_counts_in_the_guarantees_are_the_code_s():
     """docs/guarantees.md gave 12/24 golden samples where the build had 14/31."""
-    from pipeline import golden
+    from pipeline.stages import golden
 
     calibration = len(golden.CALIBRATION_PHOTOS) * len(golden.CROPS) + len(golden.WHOLE_CALIBRATION)
     heldout = len(golden.HELDOUT_PHOTOS) * len(golden.CROPS) + len(golden.WHOLE_HELDOUT)
@@ -95,3 +95,11 @@ def test_the_code_map_is_the_code_s():
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "layout_doc.py"), "--check"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_import_contracts_hold():
+    """Issue 36: pipeline/ has one direction and targets/ its rooms (.importlinter); scripts/test.sh
+    runs lint-imports first, and this keeps `invoke test` and a bare pytest honest too."""
+    done = subprocess.run([str(Path(sys.executable).parent / "lint-imports")], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]

@@ -16,7 +16,7 @@ from targets import ptl  # noqa: E402
 
 @pytest.fixture(scope="module")
 def built(checkpoint_path, tmp_path_factory):
-    from pipeline.build import run_build
+    from pipeline.building.build import run_build
     from targets import TARGETS
 
     out = tmp_path_factory.mktemp("mobile-out")
@@ -45,7 +45,7 @@ def test_executorch_records_delegation_and_int8_is_smaller(built):
         assert variants[v]["info"]["max_batch"] >= 2
         assert "ExecuTorch" in variants[v]["parity"]["runtime"]
     # int8 quantises the balancer's nn.Linear weights (most of the bytes) and nothing else
-    from pipeline.model import ModelConfig, build_model
+    from pipeline.relevance.model import ModelConfig, build_model
 
     balancer = sum(p.numel() * 4 for n, p in build_model(ModelConfig()).named_parameters() if n.startswith("balancer."))
     saved = variants["fp32"]["size"]["bytes"] - variants["int8"]["size"]["bytes"]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import targets as target_table
-from pipeline import cli
-from pipeline.build import run_build
+from pipeline.frontends import cli
+from pipeline.building.build import run_build
 from pipeline.errors import BuildInterrupted
 from targets.onnx import OnnxTarget
 from test_build import manifest, previous, published, snapshot, staging_left  # noqa: F401

@@ -1,6 +1,6 @@
 """iOS target: the app bundle matches its contract and lands where the Swift code looks; the app's
 Foundation-only core (mobile/ios/ArrcocCore) is compiled with Swift and its XCTests run on the
-bundle the build wrote, with pipeline/parity.py's numbers and PIL's EXIF transposes. The SwiftUI /
+bundle the build wrote, with pipeline/stages/parity.py's numbers and PIL's EXIF transposes. The SwiftUI /
 CoreML shell cannot be compiled here (no Xcode): the few static checks left are marked as such."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mobile_build import built_ios, bundle_in_app, seed_user_files, source_function, user_files_left
-from pipeline.model import MAX_SIDE, MIN_SIDE
+from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_
 
 def test_swift_core_compiled_and_its_tests_passed_in_the_build(built):
     """The build itself compiled ArrcocCore + CoreTests and ran them on the bundle it staged."""
-    from targets import ios_app
+    from targets.ios import app as ios_app
 
     record = swift_or_fail(json.loads((built[0] / "manifest.json").read_text())
                            ["targets"]["ios"]["variants"]["app-bundle"]["info"]["app_build"])
@@ -83,9 +83,9 @@ def test_swift_core_compiled_and_its_tests_passed_in_the_build(built):
 
 def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
     """A second real `swift test` on the published app copy; Swift's own numbers (its report) against
-    pipeline/parity.py recomputed here from the arrays in core_checks, and PIL's exif_transpose."""
-    from pipeline.parity import parity_metrics
-    from targets import ios_app
+    pipeline/stages/parity.py recomputed here from the arrays in core_checks, and PIL's exif_transpose."""
+    from pipeline.stages.parity import parity_metrics
+    from targets.ios import app as ios_app
 
     swift_or_fail(ios_app.build_and_test(built[1], keep_report=tmp_path))
     index, data = ios_app.read_bundle(built[1], contract["app"]["core_checks"])
@@ -116,10 +116,10 @@ def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
 
 @pytest.mark.parametrize("broken", ["compile", "metric"])
 def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
-    """A compile error or a Swift metric that drifts from pipeline/parity.py raises GateError (the
+    """A compile error or a Swift metric that drifts from pipeline/stages/parity.py raises GateError (the
     stage fails, nothing published): the real compiler and tests on a broken copy of the package."""
     from pipeline.errors import GateError
-    from targets import ios_app
+    from targets.ios import app as ios_app
 
     copy = tmp_path / "ios"
     shutil.copytree(IOS, copy, ignore=shutil.ignore_patterns(".build", "Resources"))
@@ -140,7 +140,7 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
 
 
 def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
-    from targets import ios
+    from targets.ios import target as ios
 
     out, app = built
     assert ios.check_packages(contract, out / "ios")
@@ -172,7 +172,7 @@ def test_golden_bundle_is_keyed_by_the_contract_tensor_names(built, contract):
 
 
 def test_app_looks_where_the_build_copies():
-    from targets import ios
+    from targets.ios import target as ios
 
     project = (IOS / "project.yml").read_text()
     rel = ios.APP_RESOURCES.relative_to(IOS).as_posix()  # ArrcocDemo/Resources
@@ -260,7 +260,7 @@ def test_uikit_orientation_maps_to_the_exif_value():
 def test_sample_photo_is_the_golden_whole_photo(built, contract):
     """sample.png decodes (PIL, as load_photo) to exactly the golden sample contract.app.sample_golden
     names; GoldenParityTests.testSamplePhotoDecodesToTheGoldenBytes compares the app's own decode."""
-    from pipeline.golden import load_photo
+    from pipeline.stages.golden import load_photo
 
     golden = json.loads((built[1] / contract["golden"]["json"]).read_text())
     sample = next(s for s in golden["samples"] if s["name"] == contract["app"]["sample_golden"])

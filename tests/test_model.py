@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.model import ModelConfig, build_model, learned_shapes
+from pipeline.relevance.model import ModelConfig, build_model, learned_shapes
 
 
 @pytest.fixture(scope="module")

@@ -107,7 +107,7 @@ def test_undecodable_calibration_image_publishes_nothing(int8_out, golden, tmp_p
 def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
     # same stage code path as the CLI test above; checked in-process to keep the suite short
     from pipeline.errors import InputError
-    from targets.onnx_int8 import user_calibration_split
+    from targets.onnx_int8.target import user_calibration_split
 
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, count)
@@ -118,8 +118,8 @@ def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
 
 
 def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
-    from pipeline.golden import MIN_CALIBRATION
-    from targets.onnx_int8 import user_calibration_split
+    from pipeline.stages.golden import MIN_CALIBRATION
+    from targets.onnx_int8.target import user_calibration_split
 
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, MIN_CALIBRATION)
@@ -130,12 +130,12 @@ def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
 
 def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
     """A size budget no candidate can meet: a GateError naming every candidate, INT8 and A16W8."""
-    from pipeline.build import StageResult, VariantReport
+    from pipeline.building.build import StageResult, VariantReport
     from pipeline.errors import GateError
-    from pipeline.parity import LOSSLESS
-    from pipeline.target import Variant
+    from pipeline.stages.parity import LOSSLESS
+    from pipeline.stages.target import Variant
     from targets import TARGETS
-    from targets import onnx_int8
+    from targets.onnx_int8 import target as onnx_int8
 
     fp32 = int8_out / "onnx" / "model.onnx"
     upstream = StageResult(TARGETS["onnx"], "published",
@@ -152,7 +152,7 @@ def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
 
 def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
     """The A16W8 fallback really quantises (16-bit activations) and is at least as close as INT8."""
-    from targets import onnx_int8
+    from targets.onnx_int8 import target as onnx_int8
 
     ctx = make_ctx()
     cand = next(c for c in onnx_int8.CANDIDATES if c.name == "learned-conv-gemm-relu")
@@ -167,7 +167,7 @@ def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
 
 def test_bench_times_int8_runtimes(int8_out):
     import targets
-    from pipeline.bench import run_bench
+    from pipeline.frontends.bench import run_bench
 
     result = run_bench(int8_out, targets.TARGETS, runs=2, batches=(1,), log=lambda m: None)
     runtimes = {r["runtime"] for r in result["rows"]}
@@ -181,7 +181,7 @@ def test_choice_holds_under_host_noise(int8_out):
     says how much), give the candidate this build published, every time."""
     import random
 
-    from targets.onnx_int8 import choose, int8_gate, row_failures
+    from targets.onnx_int8.target import choose, int8_gate, row_failures
 
     info = _entry(int8_out)["variants"]["int8"]["info"]
     rows = [c for c in info["candidates"]

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from targets import ort_mobile
+from targets.onnx_int8 import ort_mobile
 
 
 def _convert(model, root):
@@ -18,7 +18,7 @@ def _convert(model, root):
 
 @pytest.fixture(scope="module")
 def onnx_model(loaded, exported, tmp_path_factory):
-    from targets import onnx_common
+    from targets.shared import onnx_common
 
     path = tmp_path_factory.mktemp("onnx") / "model.onnx"
     return onnx_common.export_onnx(exported.load(), loaded.config, path, lambda m: None)

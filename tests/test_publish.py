@@ -21,12 +21,12 @@ from conftest import REPO, run_cli
 from test_build import generations, previous, published, snapshot, staging_left  # noqa: F401
 
 pytestmark = pytest.mark.slow
-KILL_POINTS = range(1, 8)  # every _kill_point in pipeline.publish.publish
+KILL_POINTS = range(1, 8)  # every _kill_point in pipeline.publishing.publish.publish
 
 DRIVER = r"""
 import hashlib, json, shutil, sys
 from pathlib import Path
-from pipeline import publish
+from pipeline.publishing import publish
 
 out = Path(sys.argv[1])
 new = publish.read_manifest(out)
@@ -57,7 +57,7 @@ def publish_killed_at(out, point: int | None) -> int:
 def assert_consistent(out) -> str:
     """The public paths hold one whole publish: verify passes, the manifest lists exactly the files
     in its target folders. Returns "old" or "new"."""
-    from pipeline import cli
+    from pipeline.frontends import cli
 
     assert cli.verify(str(out)) == 0
     manifest = json.loads((out / "manifest.json").read_text())
@@ -121,7 +121,7 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
     shutil.copytree(published, out)
     assert not out.is_symlink()
     before = snapshot(out)
-    from pipeline import publish
+    from pipeline.publishing import publish
 
     with publish.build_lock(out):
         publish.recover(out, publish.read_manifest(out), log=lambda m: None)
@@ -133,7 +133,7 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
 def test_a_renamed_output_folder_keeps_its_release_through_a_real_build(previous):
     """Issue 35, finding 1, as reported: `mv OUT OUT-v1`, then `invoke build --out OUT`. The
     release stays whole, the build says so once, and `invoke verify --out OUT-v1` passes there."""
-    from pipeline import publish
+    from pipeline.publishing import publish
 
     with publish.build_lock(previous):
         publish.recover(previous, publish.read_manifest(previous), log=lambda m: None)  # OUT is the link now

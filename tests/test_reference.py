@@ -1,4 +1,4 @@
-"""model.py computes what arr-coc-0-1 computes: held to the literal kornia oracle (pipeline/reference.py).
+"""model.py computes what arr-coc-0-1 computes: held to the literal kornia oracle (pipeline/relevance/reference.py).
 
 At batch 1 (where the reference's batch-wide min-max equals our per-sample one), on real photos,
 at our settings (G=14, K=64) and the reference's (G=32, K=200), for the shipped checkpoint and a
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import reference
-from pipeline.checkpoint import load_checkpoint
-from pipeline.golden import HELDOUT_PHOTOS, WHOLE_HELDOUT, _split
-from pipeline.parity import LOSSLESS, topk_overlap
+from pipeline.relevance import reference
+from pipeline.relevance.checkpoint import load_checkpoint
+from pipeline.stages.golden import HELDOUT_PHOTOS, WHOLE_HELDOUT, _split
+from pipeline.stages.parity import LOSSLESS, topk_overlap
 
 TEXTURE_TOL = 1e-5
 RELEVANCE_TOL = 1e-4
@@ -111,7 +111,7 @@ def test_the_row_reading_resize_equals_the_gather_bit_for_bit(grid):
     """ExecuTorch's form of the general resize (whole rows, then columns) reads the same bytes and
     blends them with the same float32 operations in the same order as the element gather: equal
     bit for bit at every size, up- and downsampling, odd sides, batch > 1, and at 16G."""
-    from pipeline.model import PhotoWindows
+    from pipeline.relevance.model import PhotoWindows
 
     windows = PhotoWindows(grid)
     gen = torch.Generator().manual_seed(grid)
@@ -135,8 +135,8 @@ def test_from_photo_files_and_a_typed_sentence(loaded, tmp_path):
     the query is the sentence through the checkpoint's encoder (all-MiniLM-L6-v2, D=384)."""
     from PIL import Image
 
-    from pipeline import text_encoder
-    from pipeline.golden import _photo, load_photo
+    from pipeline.relevance import text_encoder
+    from pipeline.stages.golden import _photo, load_photo
 
     chelsea, flower = _photo("chelsea"), _photo("flower")
     Image.fromarray(chelsea).save(tmp_path / "cat.png")
@@ -166,7 +166,7 @@ def test_both_participatory_forms_equal_the_reference(reference_checkpoint_path,
 
 def test_reduced_constants_follow_loaded_weights(loaded):
     """W2^T W2 and friends are recomputed whenever weights are loaded, never stale."""
-    from pipeline.model import build_model
+    from pipeline.relevance.model import build_model
 
     fresh = build_model(loaded.config, seed=123)
     fresh.load_state_dict(loaded.model.state_dict())
@@ -195,8 +195,8 @@ def test_a_batch_equals_single_runs_of_the_reference(loaded):
 def _onnx(ckpt, folder):
     import onnxruntime as ort
 
-    from pipeline.export import export_program
-    from targets.onnx_common import export_onnx
+    from pipeline.stages.export import export_program
+    from targets.shared.onnx_common import export_onnx
 
     path = export_onnx(export_program(ckpt.model, ckpt.config), ckpt.config, folder / "model.onnx", lambda m: None)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -204,7 +204,7 @@ def _onnx(ckpt, folder):
 
 
 def _executorch(ckpt, folder):
-    from pipeline.export import export_form
+    from pipeline.stages.export import export_form
     from targets.executorch import lower, pte_runner
 
     info = lower(export_form(ckpt.model, fast_path=False), folder / "model.pte")

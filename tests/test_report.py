@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.parity import size_cells
-from pipeline.report import METRICS, fmt_metric
+from pipeline.stages.parity import size_cells
+from pipeline.publishing.report import METRICS, fmt_metric
 from test_build import published  # noqa: F401  (one ONNX build per session, shared)
 
 pytestmark = pytest.mark.slow
@@ -70,10 +70,10 @@ def test_report_numbers_equal_the_manifest(published):
 
 
 def test_report_shows_bench_results_when_present(published, tmp_path):
-    from pipeline.golden import build_golden_set
-    from pipeline.checkpoint import load_checkpoint
-    from pipeline.cli import DEFAULT_CHECKPOINT
-    from pipeline.report import write_report
+    from pipeline.stages.golden import build_golden_set
+    from pipeline.relevance.checkpoint import load_checkpoint
+    from pipeline.frontends.options import DEFAULT_CHECKPOINT
+    from pipeline.publishing.report import write_report
 
     out = tmp_path / "out"
     shutil.copytree(published, out)
@@ -114,7 +114,7 @@ def test_report_renders_in_chromium(published):
 
 def test_report_shows_how_each_app_was_compiled_and_tested():
     """info.app_build of an app variant (written by the android/ios stages) reaches both reports."""
-    from pipeline.report import app_builds, render_html, render_markdown
+    from pipeline.publishing.report import app_builds, render_html, render_markdown
 
     record = {"status": "passed", "reason": "", "compiler": "kotlinc-jvm 2.0.21 (JRE 17.0.15)",
               "compiled_against": ["android.jar API 23"], "files_compiled": ["a/Contract.kt", "a/Golden.kt"],
@@ -135,7 +135,7 @@ def test_report_speaks_the_terminal_language():
     """Issue 29: the report said 'verified' where the terminal said 'published', 'not run on this
     host' for a target that failed, and drew the text encoder's maps (other queries) under 'top-K vs
     eager 0.219' beside a parity table that says 1.000."""
-    from pipeline.report import _pictures, render_html, status_words, variant_rows
+    from pipeline.publishing.report import _pictures, render_html, status_words, variant_rows
 
     assert status_words("published", "verified") == "published"
     assert status_words("unverified", "unverified") == "unverified"
@@ -161,9 +161,9 @@ def test_report_shows_the_balancer_weights_per_preset(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from pipeline.checkpoint import load_checkpoint
-    from pipeline.report import preset_weights, render_html, render_markdown
-    from pipeline.text_encoder import embed
+    from pipeline.relevance.checkpoint import load_checkpoint
+    from pipeline.publishing.report import preset_weights, render_html, render_markdown
+    from pipeline.relevance.text_encoder import embed
     from conftest import REPO
 
     path = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
@@ -190,7 +190,7 @@ def test_report_shows_the_balancer_weights_per_preset(tmp_path):
 def test_report_names_variants_a_target_did_not_build():
     """Issue 36: TensorRT's INT8 and FP16 plans not built (and why) were only in the build log and the
     manifest's info.not_built; the report's tables now carry a row for each, with the reason."""
-    from pipeline.report import render_html, render_markdown, variant_rows
+    from pipeline.publishing.report import render_html, render_markdown, variant_rows
 
     why_fp16 = "TensorRT-RTX has no FP16 builder flag (it picks precisions itself)"
     manifest = {"targets": {"tensorrt": {"status": "unverified", "variants": {"fp32": {
@@ -213,8 +213,8 @@ def test_report_maps_use_the_page_colours():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from pipeline.overlay import heat_colour
-    from pipeline.report import _draw_panel
+    from pipeline.publishing.overlay import heat_colour
+    from pipeline.publishing.report import _draw_panel
 
     grid = 4
     relevance = np.linspace(0, 1, grid * grid).astype(np.float32)

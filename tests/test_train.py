@@ -1,4 +1,4 @@
-"""Training data (pipeline/scenes.py) and the training run (pipeline/train.py)."""
+"""Training data (pipeline/training/scenes.py) and the training run (pipeline/training/train.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import scenes as sc
-from pipeline import train as tr
-from pipeline.checkpoint import load_checkpoint
+from pipeline.training import scenes as sc
+from pipeline.training import train as tr
+from pipeline.relevance.checkpoint import load_checkpoint
 from pipeline.errors import CheckpointError
-from pipeline.model import ModelConfig, TextureArray, build_model
+from pipeline.relevance.model import ModelConfig, TextureArray, build_model
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINED = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"

@@ -20,7 +20,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
-from targets import web as web_target  # noqa: E402
+from targets.web import target as web_target
 
 if not web_target.CHROMIUM.is_file():
     pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
@@ -31,7 +31,7 @@ GRID_CELL_TOL = 1e-6
 
 @pytest.fixture(scope="session")
 def built(checkpoint_path, tmp_path_factory):
-    from pipeline.build import run_build
+    from pipeline.building.build import run_build
     from targets import TARGETS
 
     out = tmp_path_factory.mktemp("web-out")
@@ -178,7 +178,7 @@ def test_selfcheck_bundle_has_golden_per_sample_format_with_a_whole_photo(built,
     at its own size, its query and, per model, Python onnxruntime's outputs on exactly those bytes."""
     import onnxruntime as ort
 
-    from pipeline.golden import BUNDLE_WHOLE, bundle_samples
+    from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
 
     site = built[0] / "web"
     meta = json.loads((site / "selfcheck.json").read_text())
@@ -292,7 +292,7 @@ def _python_fp32(site: Path, image: np.ndarray, query: np.ndarray) -> dict:
     """Python onnxruntime on the page's FP32 model file: uint8 [H,W,3] photo, float32 [D] query."""
     import onnxruntime as ort
 
-    from pipeline.model import OUTPUT_NAMES
+    from pipeline.relevance.model import OUTPUT_NAMES
 
     sess = ort.InferenceSession(str(site / "models" / "model.onnx"), providers=["CPUExecutionProvider"])
     outs = sess.run(list(OUTPUT_NAMES), {"image": image[None], "query": query[None].astype(np.float32)})
@@ -315,8 +315,8 @@ def _open_photo(pg: Page, tmp_path, array: np.ndarray, name: str, fmt: str = "PN
 def test_whole_non_square_photo_is_fed_at_its_own_size_and_cells_cover_it(page, golden, built, tmp_path):
     """A portrait photo through the file input: the model gets [1,H,W,3] uint8, exactly the file's
     pixels (no crop, no resize), and the heatmap and the top-K boxes cover the whole photo with
-    cells W/G wide and H/G tall (pipeline/overlay.py's cell_box)."""
-    from pipeline.overlay import cell_box
+    cells W/G wide and H/G tall (pipeline/publishing/overlay.py's cell_box)."""
+    from pipeline.publishing.overlay import cell_box
 
     heldout = golden.heldout
     photo_arr = heldout.images[heldout.names.index("flower/portrait")]
@@ -352,7 +352,7 @@ def test_transparent_pixels_keep_their_stored_colour_as_pil_drops_alpha(page, tm
     pixels; transparent ones black)."""
     import base64
 
-    from pipeline.golden import load_photo
+    from pipeline.stages.golden import load_photo
 
     rgb = np.asarray(photo((300, 200)))
     alpha = np.tile(np.linspace(0, 255, 300).astype(np.uint8), (200, 1))
@@ -367,7 +367,7 @@ def test_transparent_pixels_keep_their_stored_colour_as_pil_drops_alpha(page, tm
 def test_page_relevance_on_a_golden_whole_photo_matches_python_onnxruntime(page, golden, built, tmp_path, name):
     """A golden whole photo opened as a user opens it (PNG through the file input): the page decodes
     the same pixels and its FP32 relevance matches Python onnxruntime on them (the FP32 gate)."""
-    from pipeline.parity import topk_overlap
+    from pipeline.stages.parity import topk_overlap
 
     site = built[0] / "web"
     heldout = golden.heldout
@@ -392,7 +392,7 @@ def test_a_12_megapixel_photo_runs_whole_in_the_page(page, golden, built, tmp_pa
     inference time goes to test-output/web-12mp.json."""
     import hashlib
 
-    from pipeline.golden import load_photo
+    from pipeline.stages.golden import load_photo
 
     site = built[0] / "web"
     heldout = golden.heldout
@@ -421,7 +421,7 @@ def test_decode_gap_is_measured_in_chromium_and_recorded(built):
     """The build measured Chromium's decoding of the golden JPEGs against PIL's and recorded it in
     the manifest (fp32 variant info) and config.json; measured again here, in Chromium, the page's
     own decoding gives the same numbers."""
-    from pipeline.golden import load_photo
+    from pipeline.stages.golden import load_photo
 
     out, _ = built
     site = out / "web"
@@ -492,8 +492,8 @@ def test_model_that_fails_to_load_shows_a_message(browser, site):
 
 
 def test_the_pages_topk_rule_is_the_pipelines(page):
-    """The self-check counts a swap at the K-th place as agreement exactly as pipeline/parity.py does."""
-    from pipeline.parity import topk_overlap
+    """The self-check counts a swap at the K-th place as agreement exactly as pipeline/stages/parity.py does."""
+    from pipeline.stages.parity import topk_overlap
 
     rng = np.random.default_rng(3)
     n, patches, k = 6, 40, 8
@@ -579,7 +579,7 @@ def test_free_text_parity_was_measured_in_the_browser_and_gated(built, text_conf
 
 
 def test_tokenizer_matches_python_token_for_token(page, text_config):
-    from pipeline.text_encoder import tokenize
+    from pipeline.relevance.text_encoder import tokenize
 
     pg = page.open()
     strings = web_target.token_check_strings()
@@ -626,7 +626,7 @@ def test_code_point_sweep_is_recorded_as_measured(built, page, text_config):
     which (manifest info, not a gate: the browser's Unicode tables are newer than the Rust crate's,
     and a library cannot carry a table of the difference). Measured again here, independently of
     the build's code, it gives exactly the recorded code points."""
-    from pipeline.text_encoder import tokenizer
+    from pipeline.relevance.text_encoder import tokenizer
 
     entry = json.loads((built[0] / "manifest.json").read_text())["targets"]["web"]["variants"]["fp32"]
     sweep = entry["info"]["text_encoder"]["code_point_sweep"]

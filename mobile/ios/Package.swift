@@ -2,7 +2,7 @@
 // The app's Foundation-only core (ArrcocCore: contract, golden reader, Prediction, parity metrics and
 // gate, EXIF re-index, tokenizer), its XCTest suite (CoreTests) and the tokenizer's command-line
 // runner (TokenizeCLI, for `invoke app-tokenize`; not in the app), buildable without Xcode: `swift test` here
-// on a Mac, or on Linux (targets/ios_app.py runs it in `invoke build --target ios`). The SwiftUI /
+// on a Mac, or on Linux (targets/ios/app.py runs it in `invoke build --target ios`). The SwiftUI /
 // CoreML shell (ArrcocDemo/) and the on-device tests (Tests/) are built by project.yml (XcodeGen),
 // which compiles ArrcocCore's files into the app target.
 import PackageDescription

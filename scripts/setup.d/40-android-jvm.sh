@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# What compiles the Android app and runs its logic on the JVM (targets/android_app.py,
+# What compiles the Android app and runs its logic on the JVM (targets/android/app.py,
 # tests/test_android.py); Gradle, the Android Gradle Plugin and Google's Maven cannot be reached here.
 #  - kotlinc 2.0.21 (the app's Kotlin version) from npm's kotlin-compiler, pinned by tools/kotlin's lockfile;
 #  - android.jar (API 23) from Debian's libandroid-23-java, which only the unstable suite carries: fetched
 #    with a private apt configuration (own sources.list, lists, cache and status) so the system's sources
-#    stay bookworm, and unpacked into tools/android-23/ (git-ignored; targets/android_app.py reads it there);
+#    stay bookworm, and unpacked into tools/android-23/ (git-ignored; targets/android/app.py reads it there);
 #  - JUnit 4 + hamcrest (junit4) and a real org.json for the JVM (libandroid-json-java: android.jar's
 #    org.json classes are stubs that throw), from bookworm.
 set -euo pipefail

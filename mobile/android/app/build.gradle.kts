@@ -43,7 +43,7 @@ dependencies {
 
     // JVM unit tests (app/src/test, `./gradlew test`): the app's logic without a device. org.json:json
     // is a real org.json there (android.jar's classes are stubs that throw); the build runs the same
-    // tests with Debian's libandroid-json-java (targets/android_app.py).
+    // tests with Debian's libandroid-json-java (targets/android/app.py).
     testImplementation("junit:junit:4.13.2")
     testImplementation("org.json:json:20240303")
 

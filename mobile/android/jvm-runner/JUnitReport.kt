@@ -1,5 +1,5 @@
 // Runs JUnit 4 test classes with JUnitCore and writes what ran as JSON (names, passed, failed,
-// skipped, the first line of each failure), for targets/android_app.py's app_build record. Compiled
+// skipped, the first line of each failure), for targets/android/app.py's app_build record. Compiled
 // only by that driver (Gradle's own test task reports for itself): args = report path, class names.
 package org.arrcoc.jvmrunner
 

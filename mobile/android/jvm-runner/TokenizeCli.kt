@@ -1,7 +1,7 @@
 // TokenizeCli TOKENIZER_JSON TEXT_FILE MAX_LENGTH|none: the app's Tokenizer (app/src/main) on every
 // line of a UTF-8 text file (split on "\n" only; a final "\n" ends the last line), one JSON array of
 // ids per line on stdout. Run by `invoke app-tokenize --app android` (targets/app_tokenize.py) with
-// the classes targets/android_app.py compiles; never in the APK (Gradle does not compile jvm-runner).
+// the classes targets/android/app.py compiles; never in the APK (Gradle does not compile jvm-runner).
 // Exit 2: bad input (the tokenizer refused, an unreadable file), with one line on stderr.
 package org.arrcoc.jvmrunner
 

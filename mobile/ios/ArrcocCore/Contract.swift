@@ -1,4 +1,4 @@
-// contract.json, written by `invoke build --target ios` (targets/mobile_contract.py + targets/ios.py).
+// contract.json, written by `invoke build --target ios` (targets/shared/mobile_contract.py + targets/ios/target.py).
 // Property names are the JSON keys, spelled exactly as in the file (snake_case), so a key the build
 // renames breaks decoding loudly instead of silently; CoreTests decodes the contract.json the build
 // writes (tests/test_ios.py runs them). Foundation only: compiled and tested on Linux too.

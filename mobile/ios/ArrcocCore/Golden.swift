@@ -1,4 +1,4 @@
-// The golden bundle (golden.json + golden.bin, written by the build: pipeline/golden.py
+// The golden bundle (golden.json + golden.bin, written by the build: pipeline/stages/golden.py
 // write_bundle / write_array_bundle), read without any ML framework so the phone can re-check a
 // model against the gate in contract.json. Foundation only: compiled and tested on Linux too.
 import Foundation

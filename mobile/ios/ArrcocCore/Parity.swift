@@ -1,7 +1,7 @@
-// The parity metrics and gate rule of pipeline/parity.py, operation for operation, so a phone's
+// The parity metrics and gate rule of pipeline/stages/parity.py, operation for operation, so a phone's
 // numbers are the build's numbers: errors in Double from Float values (NumPy: float32 -> float64),
 // the K-th score, the tie window and the weights' sum in Float, as NumPy computes those in float32.
-// Foundation only: compiled and tested on Linux against pipeline/parity.py (tests/test_ios.py).
+// Foundation only: compiled and tested on Linux against pipeline/stages/parity.py (tests/test_ios.py).
 import Foundation
 
 struct Parity {
@@ -46,7 +46,7 @@ struct Parity {
         return p
     }
 
-    /// The metrics that break `gate`, as pipeline/parity.py's Gate.failures: an unmeasured metric fails.
+    /// The metrics that break `gate`, as pipeline/stages/parity.py's Gate.failures: an unmeasured metric fails.
     func failingMetrics(_ gate: GateSpec) -> [String] {
         let over = gate.max.filter { name, limit in !(metrics[name].map { $0.isFinite && $0 <= limit } ?? false) }
         let under = gate.min.filter { name, limit in !(metrics[name].map { $0.isFinite && $0 >= limit } ?? false) }

@@ -2,7 +2,7 @@
 //   ARRCOC_IOS_RESOURCES  contract.json, golden bundle, core_checks (default: ArrcocDemo/Resources,
 //                         which `invoke build --target ios` fills, so `swift test` works on a Mac too)
 //   ARRCOC_IOS_REPORT     a folder: each test writes its measured numbers there as JSON, which the
-//                         build compares with pipeline/parity.py and PIL (unset: nothing written)
+//                         build compares with pipeline/stages/parity.py and PIL (unset: nothing written)
 import Foundation
 import XCTest
 @testable import ArrcocCore
@@ -38,14 +38,14 @@ enum Fixtures {
     }
 }
 
-/// core_checks.json (targets/ios_app.py write_core_checks): arrays in core_checks.bin.
+/// core_checks.json (targets/ios/app.py write_core_checks): arrays in core_checks.bin.
 struct CoreChecks: Decodable {
     struct ParityCase: Decodable {
         let name: String
         let tie_tolerance: Double
         /// Per golden sample, the "got" outputs keyed by tensor name.
         let samples: [GoldenSample]
-        /// pipeline/parity.py's parity_metrics for the same arrays.
+        /// pipeline/stages/parity.py's parity_metrics for the same arrays.
         let python_metrics: [String: Double]
         /// Per artifact of the contract: the metrics its gate (size aside) fails, per Gate.failures.
         let python_failing: [String: [String]]

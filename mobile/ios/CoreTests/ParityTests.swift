@@ -1,7 +1,7 @@
 // Parity metrics and gate verdicts on "got" sets the build wrote (core_checks): a CoreML package's
 // outputs from the build host's reference evaluator, and deliberately perturbed outputs (a swap at
 // the K-th place inside and outside the tie window, a relevance offset beyond the gate). Each must
-// give pipeline/parity.py's numbers for the same arrays and the same pass/fail for every gate.
+// give pipeline/stages/parity.py's numbers for the same arrays and the same pass/fail for every gate.
 import XCTest
 @testable import ArrcocCore
 

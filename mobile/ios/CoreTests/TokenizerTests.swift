@@ -1,6 +1,6 @@
 // Tokenizer.swift against Python's `tokenizers` on the build's corpus and seeded random lines, for
-// each tokenizer.json the project ships (targets/tokenizer_cases.py writes the queries and Python's
-// ids; targets/ios_app.py passes the folder as ARRCOC_IOS_TOKENIZER_CASES), and the refusal of a
+// each tokenizer.json the project ships (targets/shared/tokenizer_cases.py writes the queries and Python's
+// ids; targets/ios/app.py passes the folder as ARRCOC_IOS_TOKENIZER_CASES), and the refusal of a
 // tokenizer.json of another kind.
 import Foundation
 import XCTest

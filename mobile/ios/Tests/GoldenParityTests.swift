@@ -2,7 +2,7 @@
 // the Simulator), and holds each to the gate the build wrote for it. This is the authoritative
 // CoreML parity check that the Linux build cannot make (it only evaluates the MIL program in NumPy).
 // The contract, golden reader, parity metrics and gate it calls are ArrcocCore's, which CoreTests
-// compile and test on Linux against pipeline/parity.py; this file needs CoreML and UIKit (device only).
+// compile and test on Linux against pipeline/stages/parity.py; this file needs CoreML and UIKit (device only).
 import CoreML
 import UIKit
 import XCTest

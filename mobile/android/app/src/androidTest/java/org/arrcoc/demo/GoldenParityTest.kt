@@ -1,6 +1,6 @@
 // Runs the golden bundle through every .pte that contract.json lists, in the ExecuTorch Android
 // runtime on the device (or emulator), and holds each to the gate the build wrote for it, with the
-// metrics and tie rule of pipeline/parity.py. This is the on-device parity check the Linux build
+// metrics and tie rule of pipeline/stages/parity.py. This is the on-device parity check the Linux build
 // cannot make (there, the executorch target measures the same .pte files in ExecuTorch's Python
 // runtime). Run: ./gradlew connectedAndroidTest (mobile/README.md, Android).
 package org.arrcoc.demo
@@ -57,5 +57,5 @@ class GoldenParityTest {
     }
 
     // The tie rule itself is tested on the JVM (app/src/test GoldenTest.tieRuleMatchesPipelineParity),
-    // against pipeline/parity.py's numbers, in every android build: no device needed for it.
+    // against pipeline/stages/parity.py's numbers, in every android build: no device needed for it.
 }

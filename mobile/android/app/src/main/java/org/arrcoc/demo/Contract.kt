@@ -1,4 +1,4 @@
-// contract.json, written by `invoke build --target android` (targets/mobile_contract.py + targets/android.py).
+// contract.json, written by `invoke build --target android` (targets/shared/mobile_contract.py + targets/android/target.py).
 // It is the ONLY asset name the app knows: every other file (the .pte programs, the golden bundle, the
 // sample photo) and every tensor name, shape, dtype and gate is read from it. Keys are spelled exactly
 // as in the file (snake_case) and read with org.json's get* calls, so a key the build renames fails
@@ -22,7 +22,7 @@ data class TensorSpec(val name: String, val dtype: String, val shape: List<Int?>
     val numelPerSample: Int get() = shape.drop(1).filterNotNull().fold(1) { a, b -> a * b }
 }
 
-/** Limits as pipeline/parity.py's Gate: metric <= max[name], metric >= min[name]. */
+/** Limits as pipeline/stages/parity.py's Gate: metric <= max[name], metric >= min[name]. */
 data class GateSpec(val max: Map<String, Double>, val min: Map<String, Double>, val tieTolerance: Double)
 
 data class ArtifactEntry(

@@ -1,8 +1,8 @@
 // The golden bundle (golden.json + golden.bin, written by the build and named in contract.json) and
-// the parity metrics and gate rule of pipeline/parity.py, so the phone can re-check every artifact
+// the parity metrics and gate rule of pipeline/stages/parity.py, so the phone can re-check every artifact
 // against the gate the build wrote for it (the app's "Self-check" button and GoldenParityTest).
 // Plain Kotlin + org.json on text and bytes: the JVM tests run it on the bundle the build wrote and
-// hold its numbers to pipeline/parity.py's; reading the files out of the APK is Assets.kt's job.
+// hold its numbers to pipeline/stages/parity.py's; reading the files out of the APK is Assets.kt's job.
 package org.arrcoc.demo
 
 import org.json.JSONObject
@@ -79,7 +79,7 @@ class GoldenBundle(json: String, bin: ByteArray) {
         floats(i, entry.relevanceOutput.name), ints(i, entry.topkOutput.name), floats(i, entry.weightsOutput.name))
 }
 
-/** Same definitions as pipeline/parity.py: abs errors, and top-K set overlap with the tie rule. */
+/** Same definitions as pipeline/stages/parity.py: abs errors, and top-K set overlap with the tie rule. */
 object Parity {
     /** (overlap with the tie rule, strict overlap) of one sample. */
     fun topkOverlap(scores: FloatArray, refIdx: IntArray, gotIdx: IntArray, tie: Double): Pair<Double, Double> {
@@ -87,7 +87,7 @@ object Parity {
         val a = refIdx.toSet()
         val b = gotIdx.toSet()
         val common = a.intersect(b).size
-        // float32, as pipeline/parity.py computes it: numpy's float32 K-th score minus a Python float
+        // float32, as pipeline/stages/parity.py computes it: numpy's float32 K-th score minus a Python float
         // stays float32 (NEP 50), so a score exactly at the edge is judged the same on both sides
         val kth = scores.sortedDescending()[k - 1]
         val tie32 = tie.toFloat()
@@ -114,7 +114,7 @@ object Parity {
                 val d = abs(g.weights[i].toDouble() - e.weights[i].toDouble())
                 wMax = maxOf(wMax, d); wSum += d; wN++
             }
-            // float32, as numpy sums a float32 array (pipeline/parity.py: weights.sum(axis=1) - 1.0)
+            // float32, as numpy sums a float32 array (pipeline/stages/parity.py: weights.sum(axis=1) - 1.0)
             sumDev = maxOf(sumDev, abs(g.weights.sum() - 1f).toDouble())
             val (o, s) = topkOverlap(e.relevance, e.topk, g.topk, tie)
             overlaps.add(o); stricts.add(s)
@@ -132,7 +132,7 @@ object Parity {
         )
     }
 
-    /** As Gate.failures in pipeline/parity.py: a limit on an unmeasured or non-finite metric fails. */
+    /** As Gate.failures in pipeline/stages/parity.py: a limit on an unmeasured or non-finite metric fails. */
     fun failures(metrics: Map<String, Double>, gate: GateSpec): List<String> {
         val out = ArrayList<String>()
         for ((name, limit) in gate.max.toSortedMap()) {

@@ -1,5 +1,5 @@
 // Where the JVM tests find what the build wrote. `./gradlew test` runs from app/, so the assets
-// default to Gradle's own folder (filled by `invoke build --target android`); targets/android_app.py
+// default to Gradle's own folder (filled by `invoke build --target android`); targets/android/app.py
 // points both properties at the bundle it has just staged and at the fixtures it derived from it.
 package org.arrcoc.demo
 
@@ -12,7 +12,7 @@ object Fixtures {
     val assets = File(System.getProperty("arrcoc.assets") ?: "src/main/assets")
 
     /** Outputs of the .pte files in ExecuTorch's Python runtime, perturbed copies and PIL's EXIF
-     *  results, each with pipeline/parity.py's numbers (-Darrcoc.fixtures; written by the build). */
+     *  results, each with pipeline/stages/parity.py's numbers (-Darrcoc.fixtures; written by the build). */
     val dir: File? = System.getProperty("arrcoc.fixtures")?.let { File(it) }
 
     fun contract(): Contract {
@@ -27,10 +27,10 @@ object Fixtures {
     fun golden(contract: Contract) = bundle(assets, contract.golden.json, contract.golden.bin)
 
     /** The build's fixtures. Gradle runs without them, and JUnit reports these tests as skipped
-     *  there; targets/android_app.py always passes them and fails on any skipped test. */
+     *  there; targets/android/app.py always passes them and fails on any skipped test. */
     fun fixtures(name: String): File {
         val d = dir
-        assumeTrue("no -Darrcoc.fixtures: pipeline/parity.py's numbers come from `invoke build --target android`", d != null)
+        assumeTrue("no -Darrcoc.fixtures: pipeline/stages/parity.py's numbers come from `invoke build --target android`", d != null)
         return File(d!!, name)
     }
 

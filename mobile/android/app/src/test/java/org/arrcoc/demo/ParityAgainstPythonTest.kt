@@ -1,7 +1,7 @@
-// Golden.kt's metrics and gate against pipeline/parity.py's, on outputs the build recorded: the .pte
+// Golden.kt's metrics and gate against pipeline/stages/parity.py's, on outputs the build recorded: the .pte
 // files run in ExecuTorch's Python runtime (no ExecuTorch runtime exists for a desktop JVM) and
 // perturbed copies that the gate must pass (a swap at the K-th place within the tie tolerance) or
-// fail (a swap outside it, a relevance offset beyond the gate). targets/android_app.py writes each
+// fail (a swap outside it, a relevance offset beyond the gate). targets/android/app.py writes each
 // case in the golden-bundle format with Python's metrics and failing limits; this test computes its
 // own, compares them with the tolerances the case file states, and writes them out for the report.
 package org.arrcoc.demo
@@ -43,7 +43,7 @@ class ParityAgainstPythonTest {
                 val want = metrics.getDouble(key)
                 val have = result.metrics.getValue(key)
                 val allowed = if (tolerance.has(key)) tolerance.getDouble(key) else tolerance.getDouble("default")
-                assertTrue("$name: $key is $have in Kotlin, $want in pipeline/parity.py (tolerance $allowed)",
+                assertTrue("$name: $key is $have in Kotlin, $want in pipeline/stages/parity.py (tolerance $allowed)",
                     abs(have - want) <= allowed)
             }
             val pythonFailing = (0 until python.getJSONArray("failing").length())

@@ -1,5 +1,5 @@
 // Tokenizer.kt against Python's `tokenizers` on the build's corpus and seeded random lines, for each
-// tokenizer.json the project ships (targets/tokenizer_cases.py writes the queries and Python's ids),
+// tokenizer.json the project ships (targets/shared/tokenizer_cases.py writes the queries and Python's ids),
 // and the refusal of a tokenizer.json of another kind.
 package org.arrcoc.demo
 

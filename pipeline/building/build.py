@@ -1,0 +1,293 @@
+"""The build: checkpoint -> torch.export (once) -> each target's stage -> gate -> atomic publish.
+
+This module never names a target: it is handed Target objects and drives them through the
+contract in `pipeline.stages.target`.
+"""
+from __future__ import annotations
+
+import platform
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+from pipeline.publishing import manifest as manifest_mod
+from pipeline.publishing import publish
+from pipeline.relevance.checkpoint import load_checkpoint
+from pipeline.errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
+from pipeline.stages.export import export_cached
+from pipeline.stages.golden import build_golden_set, write_bundle
+from pipeline.stages.parity import parity_metrics
+from pipeline.stages.target import BuildContext, Target, Variant
+from pipeline.stages.target import run_split
+
+
+@dataclass
+class VariantReport:
+    variant: Variant
+    status: str  # "verified" | "unverified" | "failed"
+    metrics: dict = field(default_factory=dict)
+    runtime: str | None = None
+    reason: str | None = None
+    checks: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    outputs: dict | None = None  # the runtime's held-out outputs, for the report's side-by-side maps
+
+
+@dataclass
+class StageResult:
+    target: Target
+    status: str  # "published" | "unverified" | "failed" | "skipped" | "not published"
+    reason: str | None = None
+    staging: Path | None = None
+    variants: list[VariantReport] = field(default_factory=list)
+    seconds: float = 0.0
+    error: BaseException | None = None  # an unexpected exception, kept for --verbose
+
+    @property
+    def primary(self) -> VariantReport | None:
+        return next((r for r in self.variants if r.variant.primary), self.variants[0] if self.variants else None)
+
+    @property
+    def publishable(self) -> bool:
+        return self.status in ("published", "unverified")
+
+
+@dataclass
+class BuildResult:
+    stages: list[StageResult]
+    out: Path
+    exported_cache_hit: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status in ("published", "unverified", "skipped") for s in self.stages)
+
+
+def plan(requested: list[Target], registry: dict[str, Target]) -> list[Target]:
+    """Requested targets plus what they depend on, dependencies first; soft deps when installed."""
+    ordered: list[Target] = []
+
+    def visit(t: Target, trail: tuple = ()):
+        if t in ordered:
+            return
+        for dep in t.depends_on:
+            visit(registry[dep], trail + (t.name,))
+        for dep in t.uses:
+            if not registry[dep].missing_modules():
+                visit(registry[dep], trail + (t.name,))
+        ordered.append(t)
+
+    for t in requested:
+        visit(t)
+    return ordered
+
+
+def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> VariantReport:
+    checks = target.inspect(ctx, variant)
+    metrics = {"size_bytes": variant.bytes, **variant.metrics}
+    try:
+        runner = target.load(ctx, variant)
+    except HostCapabilityError as exc:
+        # only the size was measured: hold it to its limit; parity limits stay open (unverified)
+        failures = variant.gate.size_failures(metrics)
+        status = "failed" if failures else "unverified"
+        return VariantReport(variant, status, metrics, None, exc.problem, checks, failures)
+    try:
+        heldout = ctx.golden.heldout
+        ctx.log(f"[{target.name}] {variant.name}: {len(heldout)} held-out samples in {runner.runtime}")
+        got = run_split(runner, heldout)
+    finally:
+        runner.close()
+    expected = variant.reference(heldout) if variant.reference else heldout.expected
+    metrics.update(parity_metrics(expected, got, variant.gate.tie_tolerance))
+    failures = variant.gate.failures(metrics)
+    if failures:
+        status = "failed"
+    else:
+        status = "verified" if runner.authoritative else "unverified"
+    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got)
+
+
+def run_stage(target: Target, ctx: BuildContext) -> StageResult:
+    started = time.monotonic()
+    ctx.log(f"[{target.name}] building")
+    variants = target.build(ctx)
+    reports = [verify_variant(target, ctx, v) for v in variants]
+    result = StageResult(target, "published", staging=ctx.staging, variants=reports)
+    failed = [r for r in reports if r.status == "failed"]
+    if failed:
+        result.status = "failed"
+        result.reason = "; ".join(f"{r.variant.name}: {', '.join(r.failures)}" for r in failed)
+    elif any(r.status == "unverified" for r in reports):
+        result.status = "unverified"
+        result.reason = next(r.reason for r in reports if r.status == "unverified")
+    if result.publishable:
+        primary = result.primary.variant
+        write_bundle(ctx.golden.heldout, ctx.staging, primary.gate.to_dict(), topk_dtype=primary.topk_dtype)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def build_inputs(checkpoint: Path, options: dict) -> list[Path]:
+    """What a build reads from the user: its output folder may be none of them nor hold one."""
+    return [checkpoint, *(options[k] for k in ("calibration_dir", "base_model") if options.get(k) is not None)]
+
+
+def run_build(
+    targets: list[Target],
+    registry: dict[str, Target],
+    checkpoint: Path,
+    out: Path,
+    log=print,
+    strict: bool = True,
+    options: dict | None = None,
+) -> BuildResult:
+    """Build, verify, gate and publish. strict: a missing extra is an error, not a skip.
+
+    SIGINT and SIGTERM go through publish.record_interrupt, so an interrupt whose exception a
+    library swallowed still stops the build at the next stage boundary, and always before the
+    switch (publish.check_interrupted)."""
+    from pipeline.publishing.outputs_guard import check_out_folder
+
+    started = time.monotonic()
+    options = options or {}
+    check_out_folder(out, build_inputs(checkpoint, options))
+    publish.prepare_out_dir(out)
+    handlers = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    published_before = None
+    try:
+        with publish.build_lock(out, log):
+            publish.recover(out, publish.read_manifest(out), log)  # what a killed build left behind
+            published_before = publish.generation_id(out)
+            order = plan(targets, registry)
+            result = _build_locked(order, checkpoint, out, log, strict, started, options or {},
+                                   requested={t.name for t in targets})
+        publish.check_interrupted()  # one lost while the lock was released: the build did not finish quietly
+        return result
+    except KeyboardInterrupt as exc:
+        error = _interrupted(out, published_before, str(exc) or "SIGINT")
+        publish.reset_interrupts()  # reported by this error: a later build in this process starts clean
+        raise error from exc
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(out: Path, published_before: str | None, why: str) -> BuildInterrupted:
+    """The interrupt's one line, true to what happened: the publish switched already (a signal held
+    during the switch arrives right after it) or nothing was published."""
+    try:
+        now = publish.generation_id(out)
+    except ArrcocError:
+        now = published_before
+    if now is not None and now != published_before:
+        return BuildInterrupted(f"build interrupted ({why}) after it published {out}",
+                                f"nothing to fix: the new publish is complete (`invoke verify --out {out}` checks it)")
+    return BuildInterrupted(f"build interrupted ({why}); nothing was published",
+                            "the previously published artifacts are intact: run the build again")
+
+
+def _build_locked(order, checkpoint, out, log, strict, started, options, requested) -> BuildResult:
+    log(f"loading checkpoint {checkpoint}")
+    ckpt = load_checkpoint(checkpoint, grid=options.get("grid"), top_k=options.get("top_k"))
+    cfg = ckpt.config
+    log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
+    for target in order:  # bad options fail here, before any stage could publish
+        target.check_options(options, ckpt.config)
+    from pipeline.relevance.qwen_query import check_sources
+
+    check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
+    if ckpt.ignored_keys:
+        log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
+    publish.check_interrupted()
+    program = export_cached(ckpt, publish.cache_root(out) / "export")
+    log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
+    golden = build_golden_set(ckpt.model, ckpt.config)
+    run_dir = publish.new_staging(out)
+    stages: dict[str, StageResult] = {}
+    try:
+        for target in order:
+            publish.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
+            stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
+        publish.check_interrupted()
+        chosen = to_publish(requested, stages)
+        for name, stage in stages.items():
+            if stage.publishable and name not in chosen:
+                stage.status, stage.reason = "not published", "passed, but built only for targets that failed"
+        if chosen:
+            previous = publish.read_manifest(out)
+            kept = [s for s in stages.values() if s.target.name in chosen or s.status in ("failed", "skipped")]
+            data = manifest_mod.merge(previous, ckpt, program, golden, kept, publish.state_dir(out))
+            publish.publish(out, {n: stages[n].staging for n in chosen}, data,
+                            write_extras=lambda gen: _write_report(out, gen, kept, ckpt, golden, log), log=log)
+    finally:
+        publish.remove_tree(run_dir)
+    return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started)
+
+
+def to_publish(requested: set[str], stages: dict[str, StageResult]) -> list[str]:
+    """The stages to publish: requested ones that passed, and what those were built from.
+
+    A dependency built only for a requested target that failed is not published: a failed target
+    changes nothing that was published (its dependency would otherwise come back with new
+    timestamps, or from another checkpoint than before).
+    """
+    chosen: list[str] = []
+
+    def take(name: str) -> None:
+        stage = stages.get(name)
+        if stage is None or not stage.publishable or name in chosen:
+            return
+        chosen.append(name)
+        for dep in (*stage.target.depends_on, *stage.target.uses):
+            take(dep)
+
+    for name in stages:
+        if name in requested:
+            take(name)
+    return chosen
+
+
+def _write_report(out, dest, stages, ckpt, golden, log) -> None:
+    from pipeline.publishing import report
+
+    with report.never_fails(log):
+        report.save_outputs(out, stages, ckpt.sha256)
+        report.write_report(out, golden.heldout, log, dest=dest)
+
+
+def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options) -> StageResult:
+    missing_dep = [d for d in target.depends_on if not stages.get(d) or not stages[d].publishable]
+    if missing_dep:
+        return StageResult(target, "skipped", f"needs {', '.join(missing_dep)}, which did not build")
+    try:
+        target.require()
+    except MissingExtraError as exc:
+        if strict:
+            raise
+        return StageResult(target, "skipped", exc.one_line())
+    staging = run_dir / target.name
+    staging.mkdir()
+    ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options)
+    try:
+        return run_stage(target, ctx)
+    except NotApplicableError as exc:
+        return StageResult(target, "skipped", exc.one_line())
+    except MissingExtraError as exc:
+        if strict:
+            raise
+        return StageResult(target, "skipped", exc.one_line())
+    except ArrcocError as exc:
+        return StageResult(target, "failed", exc.one_line(), staging)
+    except Exception as exc:  # a converter's own failure: report it, keep the other targets going
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        result = StageResult(target, "failed", f"{type(exc).__name__}: {first} (rerun with --verbose)", staging)
+        result.error = exc
+        return result
+
+
+def host_description() -> str:
+    return f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"

@@ -1,0 +1,423 @@
+"""The Python API: `from pipeline import build, load` (docs/python.md).
+
+    result = build(targets="onnx", out="artifacts")      # what `invoke build` does, typed result
+    model = load("artifacts")                            # what `invoke predict` loads, kept open
+    p = model.predict("photo.jpg", "where is the cat?")  # p.relevance, p.top_k, p.weights, p.to_json()
+
+`invoke build` and `invoke predict` call these same functions (pipeline/frontends/cli.py, pipeline/frontends/batch.py),
+so a number printed by the command line and one returned here cannot drift apart. Errors are the
+project's typed errors (pipeline.errors, exported at the top: `pipeline.InputError`...), never
+SystemExit; nothing is printed on stdout unless progress=True (or verbose=True) asks for it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+# pipeline.frontends.api is imported on the first use of build or load, never by `import pipeline`: these
+# module imports (torch among them) cost nothing on each call, where an import statement would
+from pipeline.frontends import predict as pr
+from pipeline.errors import ArrcocError, InputError
+from pipeline.stages.golden import check_photo_size, decode_image, load_photo
+
+TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
+
+
+# ---------------------------------------------------------------- build
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """One target of a build: status "published", "unverified", "failed", "skipped" or "not
+    published"; the reason when it is not published; each variant's status (verified, ...)."""
+
+    status: str
+    reason: str | None
+    variants: dict[str, str]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool  # every target published (or skipped as not applicable / not installed under "all")
+    out: Path
+    targets: dict[str, TargetResult]
+    manifest: dict  # the published manifest.json after this build ({} when nothing was ever published)
+    seconds: float
+    exported_cache_hit: bool
+
+
+def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint: str | os.PathLike | None = None, *,
+          calibration: str | os.PathLike | None = None, grid: int | None = None, top_k: int | None = None,
+          base_model: str | os.PathLike | None = None, progress: bool = False, verbose: bool = False) -> BuildResult:
+    """`invoke build` as a function: every option of the command, as keyword arguments. Returns a
+    typed result (a failed gate is result.ok False, not an exception); bad options raise InputError
+    (or another ArrcocError) before anything is built. progress=True shows the live progress."""
+    options = {"calibration_dir": calibration, "grid": grid, "top_k": top_k, "base_model": base_model}
+    raw, root = build_stages(targets, checkpoint, out, {k: v for k, v in options.items() if v is not None},
+                             verbose, show=progress)
+    from pipeline.publishing.publish import read_manifest
+
+    return BuildResult(raw.ok, root, {s.target.name: _target_result(s) for s in raw.stages}, read_manifest(root),
+                       raw.seconds, raw.exported_cache_hit)
+
+
+def _target_result(stage) -> TargetResult:
+    return TargetResult(stage.status, stage.reason, {r.variant.name: r.status for r in stage.variants}, stage.seconds)
+
+
+def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: bool = True):
+    """(pipeline.building.build.BuildResult, output folder): the options checked (as `invoke build` checks
+    them), then the build with third-party output in OUT's build.log. `invoke build` prints its
+    table from this; build() turns it into the typed BuildResult."""
+    import targets as target_table
+
+    from pipeline.frontends import options as opts
+    from pipeline.building.build import build_inputs, run_build
+    from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
+    from pipeline.publishing.outputs_guard import check_out_folder
+    from pipeline.frontends.console import build_console
+    from pipeline.publishing.publish import state_dir
+
+    names = opts.target_names(None if targets is None else str(targets))
+    requested = target_table.resolve(names)
+    options = dict(options)
+    for key, name in (("calibration_dir", "calibration"), ("base_model", "base-model")):
+        if options.get(key) is not None:
+            options[key] = opts.existing_folder(name, os.fspath(options[key]))
+    options.update(grid=opts.optional_positive("grid", options.get("grid")),
+                   top_k=opts.optional_positive("top-k", options.get("top_k")))
+    root = opts.out_folder(None if out is None else os.fspath(out), DEFAULT_OUT)
+    ckpt = opts.checkpoint_path(None if checkpoint is None else os.fspath(checkpoint), DEFAULT_CHECKPOINT)
+    # a refused --out writes nothing: checked before the console creates the state and its build.log
+    check_out_folder(root, build_inputs(ckpt, options))
+    with build_console(state_dir(root), verbose, show) as console:
+        result = run_build(requested, target_table.TARGETS, ckpt, root, log=console.log, strict=names != ["all"],
+                           options=options)
+    return result, root
+
+
+# ---------------------------------------------------------------- load and predict
+
+
+class Prediction:
+    """One photo and query through a published artifact.
+
+    relevance: float32 [G, G] (row-major cells over the whole photo); top_k: [(row, col), ...] the
+    selected cells, most relevant first; weights: {"information", "perspectival", "participatory"};
+    image_size: (height, width) of the photo as decoded; source: the photo's path when it was a file.
+    to_json() is the dict `invoke predict --json` writes; heatmap() the picture `--heatmap` saves."""
+
+    __slots__ = ("record", "source", "_pixels")
+
+    def __init__(self, record, source: Path | None, pixels):
+        self.record = record  # pipeline.frontends.predict.Prediction: the flat outputs the JSON holds
+        self.source = source
+        self._pixels = pixels  # the decoded photo, or its path (decoded again by heatmap())
+
+    grid = property(lambda self: self.record.grid)
+    image_size = property(lambda self: tuple(self.record.image_size))
+    runtime = property(lambda self: self.record.runtime)
+    milliseconds = property(lambda self: self.record.milliseconds)  # the runtime call's wall time
+
+    @property
+    def relevance(self) -> np.ndarray:
+        return self.record.relevance.reshape(self.record.grid, self.record.grid)
+
+    @property
+    def top_k(self) -> list[tuple[int, int]]:
+        r = self.record  # most relevant first; ties keep the model's order (as `invoke predict` prints)
+        return [divmod(i, r.grid) for i in sorted(r.topk_indices.tolist(), key=lambda i: -r.relevance[i])]
+
+    @property
+    def weights(self) -> dict[str, float]:
+        from pipeline.relevance.model import WAYS_OF_KNOWING
+
+        return {name: float(w) for name, w in zip(WAYS_OF_KNOWING, self.record.weights)}
+
+    def to_json(self) -> dict:
+        return self.record.to_json()
+
+    def heatmap(self):
+        """PIL.Image: the photo with the relevance map, the top-K cells outlined and a legend."""
+        from pipeline.publishing.overlay import heatmap
+
+        pixels = load_photo(self._pixels) if isinstance(self._pixels, Path) else self._pixels
+        r = self.record
+        return heatmap(pixels, r.relevance, r.topk_indices, r.grid, r.top_k)
+
+    def __repr__(self) -> str:
+        h, w = self.image_size
+        return (f"Prediction({self.source or 'array'}, {h} x {w} px, grid {self.grid}, top cell {self.top_k[0]}, "
+                f"runtime {self.runtime!r})")
+
+
+def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int | None = None,
+         verbose: bool = False) -> "Model":
+    """A published folder's runtime, loaded once and kept open: the runtime `invoke predict
+    --runtime` names (None: the fastest published, by the folder's bench.json). Its files are
+    checked against the manifest's sha256 first. threads: the runtime's intra-op threads (None:
+    its default; ExecuTorch's process-wide pool keeps its own)."""
+    import targets as target_table
+
+    from pipeline.publishing.publish import output_path, pinned, read_manifest
+
+    if runtime is not None and not isinstance(runtime, str):
+        raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads={threads!r} is not a whole number >= 1", "pass threads=1 (or None)")
+    root = output_path(os.fspath(folder))
+    base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
+    manifest = read_manifest(base)
+    if not manifest.get("targets"):
+        raise InputError(f"nothing is published in {root}",
+                         "build first: pipeline.build(targets='onnx', out=...) or `invoke build --target onnx`")
+    with pr.third_party_quiet(verbose):
+        name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
+    return Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
+
+
+class Model:
+    """A published runtime kept open: predict() costs the model's time plus a small overhead
+    (`invoke bench` measures it). Close it (or use `with load(...) as model:`) to free the runtime."""
+
+    def __init__(self, folder: Path, base: Path, manifest: dict, targets: dict, name: str, runner, verbose: bool):
+        settings = manifest["checkpoint"]["model"]
+        self.folder, self.manifest, self.name = folder, manifest, name
+        self.grid, self.top_k, self.query_dim = settings["grid"], settings["top_k"], settings["query_dim"]
+        self.runtime = f"{name} ({runner.runtime})"  # as the JSON's "runtime" says it
+        self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
+        self._texts: dict[str, np.ndarray] = {}
+        self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        self._runner.close()
+
+    def __repr__(self) -> str:
+        return f"Model({str(self.folder)!r}, runtime={self.runtime!r}, grid={self.grid}, top_k={self.top_k})"
+
+    def predict(self, photo, query) -> Prediction:
+        """photo: a file path, a PIL.Image or a uint8 array [H, W, 3] (RGB, used as given); query:
+        a sentence or a float array [D]. Raises InputError (an ArrcocError) for a bad one.
+        Written straight through (no batch bookkeeping): `invoke bench` holds its cost beside the
+        bare runtime call to 10% on a 16*G photo, whose call takes 0.25 ms."""
+        pixels, source = photo_pixels(photo)
+        inputs = {"image": pixels[None], "query": self.query_vector(query)}
+        outs, ms = self._call(inputs)
+        relevance, weights = outs["relevance"][0], outs["weights"][0]
+        record = pr.Prediction(self.grid, self.top_k, pixels.shape[:2], self.runtime, relevance,
+                               outs["topk_indices"][0], weights, ms)
+        if not math.isfinite(float(relevance.sum()) + float(weights.sum())):
+            pr.check_finite(record)
+        return Prediction(record, source, source or pixels)
+
+    def _predict_one(self, photo, query, timed: bool = False) -> Prediction:
+        """timed: the median of pipeline.frontends.predict.TIMED_CALLS warm calls, as `invoke predict` prints."""
+        pixels, source = photo_pixels(photo)
+        inputs = {"image": pixels[None], "query": self.query_vector(query)}
+        if timed:
+            with pr.third_party_quiet(self._verbose):
+                outs, ms = pr.timed(self._runner, inputs)
+        else:
+            outs, ms = self._call(inputs)
+        record = pr.predictions(outs, [pixels.shape[:2]], self.grid, self.top_k, self.runtime, ms)[0]
+        return Prediction(record, source, source or pixels)
+
+    def predict_many(self, photos: Iterable, query, batch_size: int = 8, progress: bool = False,
+                     on_error: Callable[[object, ArrcocError], None] | None = None) -> Iterator[Prediction]:
+        """Predictions in the photos' order, consecutive photos of one size run together in batches
+        of up to batch_size (and the artifact's own limit). A photo that cannot be read raises its
+        InputError once the photos before it are yielded, or, with on_error, is passed to
+        on_error(photo, error) and skipped. progress=True: a progress bar on stderr."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r} is not a whole number >= 1", "pass batch_size=8 (or 1)")
+        vector = self.query_vector(query)
+        limit = min(batch_size, self._runner.max_batch or batch_size)
+        if isinstance(photos, np.ndarray) and photos.ndim == 4:
+            yield from self._array_batches(photos, vector, limit, progress)
+            return
+        with progress_bar(progress, photos) as advance:
+            batch: list = []
+            for photo in photos:
+                try:
+                    pixels, source = photo_pixels(photo)
+                except ArrcocError as exc:
+                    yield from self._run_batch(batch, vector, on_error, advance)
+                    batch = []
+                    if on_error is None:
+                        raise
+                    on_error(photo, exc)
+                    advance()
+                    continue
+                if batch and (len(batch) == limit or pixels.shape != batch[0][1].shape):
+                    yield from self._run_batch(batch, vector, on_error, advance)
+                    batch = []
+                batch.append((photo, pixels, source))
+            yield from self._run_batch(batch, vector, on_error, advance)
+
+    def _array_batches(self, photos: np.ndarray, vector: np.ndarray, limit: int, progress: bool) -> Iterator[Prediction]:
+        """N photos of one size in one uint8 array [N, H, W, 3]: each batch is a slice of it (no
+        copy when the array is contiguous, as an app's frame buffer is)."""
+        if len(photos):
+            photo_pixels(photos[0])  # dtype, channels and size, checked once for all
+        with progress_bar(progress, photos) as advance:
+            for start in range(0, len(photos), limit):
+                images = photos[start:start + limit]
+                yield from self._run_batch([(None, pixels, None) for pixels in images], vector, None, advance, images)
+
+    def _run_batch(self, batch: list, vector: np.ndarray, on_error, advance, images=None) -> Iterator[Prediction]:
+        """One runtime call for photos of one size; a row with non-finite outputs is that photo's
+        error (raised, or given to on_error)."""
+        if not batch:
+            return
+        if images is None:
+            images = batch[0][1][None] if len(batch) == 1 else np.stack([pixels for _, pixels, _ in batch])
+        outs, ms = self._call({"image": images, "query": np.repeat(vector, len(batch), axis=0)})
+        rows = pr.predictions(outs, [pixels.shape[:2] for _, pixels, _ in batch], self.grid, self.top_k,
+                              self.runtime, ms / len(batch), checked=False)
+        finite = pr.finite_rows(outs)
+        for (photo, pixels, source), record, ok in zip(batch, rows, finite):
+            if not ok:
+                try:
+                    pr.check_finite(record)
+                except ArrcocError as exc:
+                    if on_error is None:
+                        raise
+                    on_error(photo, exc)
+                    advance()
+                    continue
+            advance()
+            yield Prediction(record, source, source or pixels)
+
+    def _call(self, inputs: dict) -> tuple[dict, float]:
+        """One runtime call and its wall time in ms; the first one with third-party output silenced."""
+        if self._quiet_calls:
+            with pr.third_party_quiet(self._verbose):
+                outs, ms = self._timed_call(inputs)
+            self._quiet_calls = False
+            return outs, ms
+        start = time.perf_counter()
+        outs = self._runner.run(inputs)
+        return outs, (time.perf_counter() - start) * 1000.0
+
+    def _timed_call(self, inputs: dict) -> tuple[dict, float]:
+        start = time.perf_counter()
+        outs = self._runner.run(inputs)
+        return outs, (time.perf_counter() - start) * 1000.0
+
+    def query_vector(self, query) -> np.ndarray:
+        """The query as the model takes it, float32 [1, D]: a sentence through the encoder this
+        checkpoint has (as `invoke predict --query`), or a float array [D] (any float dtype, cast)."""
+        if type(query) is np.ndarray and query.dtype == np.float32 and query.shape == (self.query_dim,) and \
+                np.abs(query).max() <= pr.MAX_QUERY_ABS:
+            return query[None]  # the common case in one reduction (NaN compares False: it is checked below)
+        if isinstance(query, str):
+            return self._text_vector(query)
+        if isinstance(query, np.ndarray) or hasattr(query, "__array__") or isinstance(query, (list, tuple)):
+            return self._array_vector(np.asarray(query))
+        raise InputError(f"a query is a sentence or a float array [{self.query_dim}], not {type(query).__name__}",
+                         "pass text, e.g. 'where is the cat?', or a numpy float32 vector")
+
+    def _array_vector(self, vec: np.ndarray) -> np.ndarray:
+        if vec.dtype.kind != "f" or vec.shape != (self.query_dim,):
+            raise InputError(f"the query array is {vec.dtype} {list(vec.shape)}, this checkpoint takes a float "
+                             f"array [{self.query_dim}]",
+                             f"pass a float vector of shape [{self.query_dim}] (the checkpoint's query width)")
+        vec = vec.astype(np.float32, copy=False)
+        pr.check_query_values(vec, "the query array")
+        return vec[None]
+
+    def _text_vector(self, text: str) -> np.ndarray:
+        vector = self._texts.get(text)
+        if vector is None:
+            pr.check_query_text(text)
+            with pr.third_party_quiet(self._verbose):
+                vector = pr.query_vector(text, None, self.query_dim, self._base, self.manifest, self._targets)
+            if len(self._texts) >= TEXT_CACHE:
+                self._texts.pop(next(iter(self._texts)))
+            self._texts[text] = vector
+        return vector
+
+
+# ---------------------------------------------------------------- photos
+
+
+def photo_pixels(photo) -> tuple[np.ndarray, Path | None]:
+    """(uint8 [H, W, 3], its path or None): a file decoded as `invoke predict` decodes it
+    (pipeline.stages.golden.load_photo), a PIL image decoded the same way (EXIF orientation when it
+    carries one), an array taken as RGB pixels exactly as given (no orientation: it has no EXIF)."""
+    if isinstance(photo, np.ndarray):
+        if photo.dtype != np.uint8 or photo.ndim != 3 or photo.shape[2] != 3:
+            raise InputError(f"a photo array is {photo.dtype} {list(photo.shape)}, not uint8 [H, W, 3]",
+                             "pass RGB pixels as numpy uint8 [height, width, 3] (drop alpha: a[..., :3])")
+        check_photo_size(photo.shape[0], photo.shape[1], f"photo array {list(photo.shape)}")
+        return photo, None
+    if isinstance(photo, (str, os.PathLike)):
+        return _file_pixels(Path(os.fspath(photo))), Path(os.path.abspath(os.fspath(photo)))
+    from PIL import Image
+
+    if isinstance(photo, Image.Image):
+        return _image_pixels(photo), None
+    raise InputError(f"a photo is a file path, a PIL.Image or a uint8 array [H, W, 3], not {type(photo).__name__}",
+                     "pass one of those")
+
+
+def _file_pixels(path: Path) -> np.ndarray:
+    if not str(path).strip() or not path.is_file():
+        raise InputError(f"photo {str(path)!r} is not a file", "pass the path of an existing photo file")
+    return load_photo(path)
+
+
+def _image_pixels(image) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    what = f"PIL image {image.mode} {image.width}x{image.height}"
+    try:
+        return decode_image(image, what)
+    except (Image.DecompressionBombError, UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InputError(f"{what}: cannot be decoded ({exc.__class__.__name__})",
+                         "pass an image whose file is still open and readable (or the file's path)") from exc
+
+
+# ---------------------------------------------------------------- progress
+
+
+class progress_bar:
+    """`with progress_bar(show, photos) as advance:` a rich progress bar on stderr (transient),
+    or a no-op when not shown. Lines printed meanwhile on a terminal stdout appear above it."""
+
+    def __init__(self, show: bool, photos):
+        self.show, self.total = show, len(photos) if hasattr(photos, "__len__") else None
+
+    def __enter__(self):
+        if not self.show:
+            return lambda: None
+        import sys
+
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("photos"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            console=Console(file=sys.stderr, soft_wrap=True), transient=True,
+                            redirect_stdout=sys.stdout.isatty(), redirect_stderr=True)
+        self.bar.start()
+        task = self.bar.add_task("photos", total=self.total)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc):
+        if self.show:
+            self.bar.stop()
+        return False

@@ -1,0 +1,152 @@
+"""`invoke predict` on many photos: a folder, several --image, several --query, one model load.
+
+Each (photo, query) goes through pipeline.frontends.api's Model.predict_many, the call a Python caller makes:
+one line per prediction on stdout, one JSON line each to --json (a .jsonl file, written whole at the
+end), heatmaps into the folder --heatmap names. An unreadable photo is one line on stderr, skipped
+and counted; any such photo makes the exit code 2. Nothing is written over a file the user did not
+name: a heatmap whose file exists already is refused before the model runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from pipeline.frontends import options as opts
+from pipeline.frontends import predict as pr
+from pipeline.errors import InputError
+from pipeline.publishing.outputs_guard import folder_holding
+
+BATCH = 8  # photos of one size per runtime call (the artifacts' own limit is smaller for some)
+HEATMAP_SUFFIX = ".heatmap.png"
+
+
+def photo_inputs(values: list[str]) -> tuple[list[Path], bool]:
+    """(photo files, several): each --image a file or a folder; a folder gives its files whose
+    extension Pillow reads as an image (not its subfolders, not hidden files), in name order."""
+    files, several = [], len(values) > 1
+    for value in values:
+        if os.path.isdir(os.path.abspath(str(value))) and str(value).strip():
+            folder = opts.existing_folder("image", value)
+            found = folder_photos(folder)
+            if not found:
+                raise InputError(f"--image {str(value)!r}: no photo files in {folder} (.jpg, .png, .webp...)",
+                                 "pass a folder that holds photos, or photo files")
+            files += found
+            several = True
+        else:
+            files.append(opts.existing_file("image", value))
+    return files, several
+
+
+def folder_photos(folder: Path) -> list[Path]:
+    from PIL import Image
+
+    Image.init()
+    known = Image.registered_extensions()
+    with os.scandir(folder) as entries:
+        names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file()
+                       and os.path.splitext(e.name)[1].lower() in known)
+    return [folder / name for name in names]
+
+
+def heatmap_folder(value: str, photos: list[Path], inputs: list[Path], root: Path, n_queries: int,
+                   given: list[str]) -> tuple[Path, dict]:
+    """--heatmap with several photos or queries: a folder (made if missing; its parent must exist),
+    never an input folder or inside an output folder. Returns it and (photo index, query index) ->
+    heatmap path; every such file must be new (none is overwritten: the user did not name them)."""
+    if not str(value).strip():
+        raise InputError("--heatmap is empty", "leave --heatmap out, or name a folder for the heatmaps")
+    folder = Path(os.path.abspath(value))
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise InputError(f"--heatmap {value!r} is a file: with several photos or queries it names a folder",
+                         "pass --heatmap with a new or empty folder, e.g. --heatmap heatmaps")
+    if not folder.parent.is_dir():
+        raise InputError(f"--heatmap {value!r}: folder {folder.parent} does not exist",
+                         f"create it first (mkdir -p {folder.parent})")
+    inside = folder_holding(folder / "heatmap.png", [root])  # by identity, as --json and a single --heatmap
+    if inside:
+        raise InputError(f"--heatmap {value!r} is inside the output folder {inside}",
+                         "pass --heatmap with a folder outside it (the tool replaces a publish only whole)")
+    for g in given:
+        if folder.is_dir() and os.path.isdir(g) and os.path.samefile(folder, g):
+            raise InputError(f"--heatmap {value!r} is the photo folder {g}: its heatmaps would be read as photos",
+                             "pass --heatmap with another folder")
+    names = {}
+    for i, photo in enumerate(photos):
+        for j in range(n_queries):
+            names[i, j] = folder / (photo.name + (f".q{j + 1}" if n_queries > 1 else "") + HEATMAP_SUFFIX)
+    _check_new(names, photos, value)
+    if folder.is_dir():
+        pr._probe_folder("heatmap", folder)
+    return folder, names
+
+
+def _check_new(names: dict, photos: list[Path], value: str) -> None:
+    seen = {}
+    for (i, _), path in names.items():
+        if path in seen and photos[seen[path]] != photos[i]:
+            raise InputError(f"photos {photos[seen[path]]} and {photos[i]} share the name {photos[i].name}: "
+                             f"their heatmaps would be one file", "pass photos with distinct file names")
+        seen[path] = i
+        if os.path.lexists(path):
+            raise InputError(f"--heatmap {value!r} holds {path.name} already; it is not overwritten",
+                             "pass --heatmap with a new or empty folder")
+
+
+def run(model, photos: list[Path], queries: list[tuple[str, str, object]], json_file: Path | None,
+        heatmaps: tuple[Path, dict] | None) -> int:
+    """Every photo with every query (queries: (JSON key, label, query)); returns the exit code."""
+    failed: dict[Path, str] = {}
+    count, started = 0, time.perf_counter()
+    show = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+    def skip(photo, error) -> None:
+        if photo not in failed:
+            failed[photo] = error.one_line()
+            print(failed[photo], file=sys.stderr, flush=True)
+
+    def predict_all(out) -> None:
+        nonlocal count
+        index = {photo: i for i, photo in enumerate(photos)}
+        if heatmaps:
+            heatmaps[0].mkdir(exist_ok=True)
+        for j, (key, label, query) in enumerate(queries):
+            for p in model.predict_many(photos, query, BATCH, progress=show, on_error=skip):
+                count += 1
+                if out is not None:
+                    out.write((json.dumps({"photo": str(p.source), key: label, **p.to_json()}) + "\n").encode())
+                if heatmaps:
+                    picture = p.heatmap()
+                    pr.save_whole(heatmaps[1][index[p.source], j], lambda f: picture.save(f, format="PNG"))
+                print(line(p, label if len(queries) > 1 else None), flush=False)
+
+    if json_file is not None:
+        pr.save_whole(json_file, predict_all)
+    else:
+        predict_all(None)
+    seconds = time.perf_counter() - started
+    print(f"{count} prediction{'s' if count != 1 else ''} of {len(photos)} photo{'s' if len(photos) != 1 else ''} "
+          f"x {len(queries)} quer{'ies' if len(queries) != 1 else 'y'} in {seconds:.1f} s "
+          f"({count / max(seconds, 1e-9):.1f} photos/s), runtime {model.runtime}")
+    if json_file is not None:
+        print(f"json: {json_file}")
+    if heatmaps:
+        print(f"heatmaps: {heatmaps[0]}")
+    if failed:
+        print(f"error: {len(failed)} of {len(photos)} photos could not be read and were skipped -> fix: "
+              "see the lines above for each one (convert or remove those files)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def line(p, query: str | None) -> str:
+    """One prediction as one line: the photo, its size (height x width, as the JSON), the top cell
+    and the three weights."""
+    h, w = p.image_size
+    (row, col), weights = p.top_k[0], p.weights
+    asked = f", query {query!r}" if query is not None else ""
+    return (f"{p.source}: {h} x {w} px{asked}, top cell ({row},{col}) {p.relevance[row, col]:.3f}, "
+            + ", ".join(f"{k} {v:.3f}" for k, v in weights.items()))

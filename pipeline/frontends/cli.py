@@ -1,0 +1,556 @@
+"""Command-line entry points behind tasks.py: argument handling, the summary table, exit codes."""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from pipeline.frontends import options as opts
+from pipeline.stages.parity import size_cells
+from pipeline.errors import ArrcocError
+from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
+
+
+def parity_cell(report) -> str:
+    if report is None:
+        return "-"
+    m = report.metrics
+    if "topk_overlap_mean" not in m:
+        return "not measured"
+    text = f"rel max {m['relevance_max_abs']:.1e}, top-K {m['topk_overlap_mean']:.3f}"
+    source = report.variant.info.get("parity_from")  # numbers measured by another stage (app bundles)
+    if source:
+        return f"{text} (from {source.split(',')[0]})"
+    return text if report.status != "unverified" else text + " (reference check)"
+
+
+def summary_rows(result) -> list[list[str]]:
+    """One labelled row per variant: its target, name, status, size and size rule, parity."""
+    rows = []
+    for stage in result.stages:
+        if not stage.variants:
+            rows.append([stage.target.name, "-", stage.status, "-", "-", "-", f"{stage.seconds:.1f}s"])
+        for i, report in enumerate(stage.variants):
+            status = stage.status
+            if report.status != ("verified" if stage.status == "published" else stage.status):
+                status = f"{status} ({report.status})"
+            size, rule = size_cells(report.metrics.get("size_bytes"), report.variant.size_budget)
+            rows.append([stage.target.name, report.variant.name, status, size, rule, parity_cell(report),
+                         f"{stage.seconds:.1f}s" if i == 0 else ""])
+    return rows
+
+
+def format_table(rows: list[list[str]], header=("target", "variant", "status", "size", "size rule", "parity", "time")) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def print_reasons(result) -> None:
+    for stage in result.stages:
+        if stage.reason and stage.status != "published":
+            print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
+
+
+def guarded(task, verbose: bool, name: str = "task") -> int:
+    """Run a task body and return its exit code. A typed error prints its one line; anything else
+    (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose.
+    Ctrl-C (or SIGTERM) at any moment of any task is exit 130 and one line: Invoke would answer a
+    KeyboardInterrupt that reaches it with exit 1 and no message. The signal is recorded as well
+    as raised (publish.record_interrupt), so one whose exception a library swallowed (a weakref
+    callback, a __del__) is still exit 130."""
+    import signal
+
+    from pipeline.publishing import publish
+
+    publish.reset_interrupts()
+    previous = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _announce_ready()
+        code = task() or 0
+        publish.check_interrupted()  # one lost after the task's last check still ends as an interrupt
+        return code
+    except ArrcocError as exc:
+        if verbose:
+            traceback.print_exc()
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt as exc:
+        from pipeline.errors import BuildInterrupted
+
+        why = str(exc) or "SIGINT"
+        fix = ("nothing to fix: `invoke serve` starts it again" if name == "serve" else
+               f"nothing was changed by the interrupted step: run `invoke {name}` again")
+        print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
+        return BuildInterrupted.exit_code
+    except BrokenPipeError:
+        # the reader went away (`invoke predict ... | head`): stop quietly, as a tool killed by
+        # SIGPIPE would (128 + 13), and keep Python from reporting the pipe again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as exc:  # noqa: BLE001 - the promise is one line, whatever went wrong
+        if _interrupted(exc):
+            return guarded(lambda: _reraise(KeyboardInterrupt("SIGINT")), verbose, name)
+        if verbose:
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        print(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and report the traceback",
+              file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        publish.reset_interrupts()  # the record belongs to this task only
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """A Ctrl-C that landed inside a C extension's module import comes back as another error
+    ("ImportError: initialization failed") chained to the KeyboardInterrupt: still an interrupt."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _reraise(exc: BaseException):
+    raise exc
+
+
+# Tests: the file this names is created once a task's handlers are in place, so an interrupt test
+# can wait for it instead of guessing how long Python and Invoke take to start on a loaded machine.
+READY_ENV = "ARRCOC_TEST_READY_FILE"
+
+
+def _announce_ready() -> None:
+    import os
+
+    path = os.environ.get(READY_ENV)
+    if path:
+        Path(path).touch()
+
+
+def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
+    """`invoke build`: returns the process exit code."""
+    return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose, "build")
+
+
+def _build(targets, checkpoint, out, verbose, options) -> int:
+    """The build is pipeline.frontends.api's (pipeline.build() runs the same function); this prints its table."""
+    from pipeline.frontends.api import build_stages
+    from pipeline.frontends.console import LOG_NAME
+    from pipeline.publishing.publish import state_dir
+
+    result, root = build_stages(targets, checkpoint, out, options, verbose)
+    if not verbose:
+        print(f"third-party messages (warnings, converter output): {state_dir(root) / LOG_NAME}")
+    print()
+    print(format_table(summary_rows(result)))
+    print_reasons(result)
+    if verbose:
+        for stage in result.stages:
+            if stage.error is not None:
+                traceback.print_exception(stage.error)
+    cache = "cache hit" if result.exported_cache_hit else "fresh export"
+    print(f"\n{len(result.stages)} target(s) in {result.seconds:.1f}s ({cache}); manifest: {result.out / 'manifest.json'}")
+    if not result.ok:
+        failed = [s for s in result.stages if s.status == "failed"]
+        print(f"error: {', '.join(s.target.name for s in failed)} failed; nothing of those was published "
+              f"-> fix: {next_step(failed[0], root, verbose)}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def next_step(stage, root: Path, verbose: bool) -> str:
+    """The closing line's action for the first failed target: its own error's fix when it carries
+    one (`kind: problem -> fix: action`), else how to see why (the gate's numbers, a converter's
+    traceback and its third-party output)."""
+    from pipeline.frontends.console import LOG_NAME
+    from pipeline.publishing.publish import state_dir
+
+    reason = stage.reason or ""
+    if " -> fix: " in reason:
+        return f"{stage.target.name}: {reason.split(' -> fix: ', 1)[1]}"
+    rerun = f"invoke build --target {stage.target.name} --out {root}" + ("" if verbose else " --verbose")
+    return f"run `{rerun}` and read its reason above and {state_dir(root) / LOG_NAME}"
+
+
+def verify(out: str | None, verbose: bool = False) -> int:
+    """`invoke verify`: every file the manifest lists exists with its bytes and sha256, and the
+    published folders hold nothing the manifest does not list (no other file, no link)."""
+    return guarded(lambda: _verify(opts.release_folder(out, DEFAULT_OUT)), verbose, "verify")
+
+
+def _verify(root: Path) -> int:
+    """Reads one generation: the one OUT links to when verify starts. A publish switching OUT
+    meanwhile removes that generation; then verify starts over on the new one (up to 5 times).
+    Fails (exit 3) on a listed file that differs and on anything in a published folder the
+    manifest does not list; a plain file at the top level that the tool did not write is named
+    as EXTRA and does not fail (it is in no target folder, so nothing copies it with one)."""
+    from pipeline.publishing import publish
+    from pipeline.errors import InputError
+
+    for _ in range(5):
+        before = publish.generation_id(root)
+        base = publish.pinned(root)
+        manifest = publish.read_manifest(base)
+        if not manifest:
+            raise InputError(f"no manifest in {root}", "run `invoke build` first")
+        if not manifest.get("targets"):  # an emptied or replaced manifest vouches for nothing
+            raise InputError(f"the manifest in {root} lists no targets (it was emptied or replaced)",
+                             f"rebuild with `invoke build --out {root}` (or restore its manifest.json)")
+        lines, bad, extra = check_published(base, manifest)
+        if not bad or publish.generation_id(root) == before:
+            break
+    print("\n".join(lines))
+    files = sum(len(e.get("files", [])) for e in manifest["targets"].values())
+    if bad:
+        print(f"verify: {bad} problem{'s' if bad != 1 else ''} in {root}")
+        print(f"error: {bad} finding(s) differ from the manifest -> fix: rebuild with `invoke build` "
+              f"(remove links, folders and files you added to {root})", file=sys.stderr)
+        return 3
+    also = (f"; {extra} file{'s' if extra != 1 else ''} there not published by arrcoc-edge (EXTRA above, "
+            "not checked)") if extra else ""
+    print(f"verify: OK, {files} file{'s' if files != 1 else ''} of {len(manifest['targets'])} target(s) "
+          f"match the manifest in {root}{also}")
+    return 0
+
+
+def check_published(base: Path, manifest: dict) -> tuple[list[str], int, int]:
+    """(lines to print, number of findings that fail, number of EXTRA files) for the publish in
+    folder `base`: each listed file checked, then every entry the tool did not publish named."""
+    from pipeline.publishing import publish
+
+    lines, bad = [], 0
+    for name, entry in manifest.get("targets", {}).items():
+        listed = {f["path"] for f in entry.get("files", [])}
+        for f in entry.get("files", []):
+            why = publish.check_file(base, f)
+            if why:
+                lines.append(f"MISMATCH {f['path']} ({why})")
+                bad += 1
+        if listed or os.path.lexists(base / name):
+            for kind, rel in unlisted(base, name, listed):
+                lines.append(f"{kind} {rel}")
+                bad += 1
+        lines.append(f"{name:12s} {entry.get('status')}: {len(listed)} files checked")
+    found = beside_targets(base, manifest)
+    lines += [f"{kind} {rel}" for kind, rel in found]
+    extra = sum(kind == "EXTRA" for kind, _ in found)
+    return lines, bad + len(found) - extra, extra
+
+
+def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:
+    """What the top level of a publish (and its .cache) holds besides the target folders and the
+    files the tool writes there, never following a link: ("UNLISTED", "name/ (...)") for a folder
+    the manifest does not list, ("LINK", ...) and ("UNLISTED", "name (a FIFO ...)") for a link or
+    a special file, which fail; ("EXTRA", name) for a plain file, which does not."""
+    from pipeline.publishing import publish
+
+    found = []
+    for name in _names(base):
+        if name in manifest.get("targets", {}):
+            continue
+        kind = _entry_kind(base / name)
+        if name == publish.CACHE and kind == "folder":
+            found += _in_cache(base, name, set(publish._cache_files(manifest)))
+        elif kind == "file":
+            if name not in publish.WRITTEN_BESIDE:
+                found.append(("EXTRA", name))
+        elif kind == "folder":
+            count = len(_plain_files(base, name))
+            found.append(("UNLISTED", f"{name}/ (a folder the manifest does not list: {count} "
+                                      f"file{'s' if count != 1 else ''} in it not checked)"))
+        else:
+            found.append(_odd_entry(base, name, kind))
+    return found
+
+
+def _in_cache(base: Path, rel: str, known: set[str]) -> list[tuple[str, str]]:
+    """The publish's .cache holds hard links to this publish's cache entries (`known`): any other
+    plain file there is EXTRA, a link or special file fails."""
+    found = []
+    for child in _names(base / rel):
+        path = f"{rel}/{child}"
+        kind = _entry_kind(base / path)
+        if kind == "folder":
+            found += _in_cache(base, path, known)
+        elif kind == "file":
+            found += [] if path in known else [("EXTRA", path)]
+        elif kind != "missing":
+            found.append(_odd_entry(base, path, kind))
+    return found
+
+
+def unlisted(base: Path, name: str, listed: set[str]) -> list[tuple[str, str]]:
+    """Every entry under base/name that the manifest does not account for, never following a
+    link or opening anything: ("LINK", path -> target) for any link, ("UNLISTED", path) for a
+    file not listed, something that is not a regular file (its type named), or a folder holding
+    no listed file."""
+    found = []
+
+    def walk(rel: str) -> bool:  # True when the folder holds a listed file
+        kind = _entry_kind(base / rel)
+        if kind == "folder":
+            holds = False
+            for child in _names(base / rel):
+                holds = walk(f"{rel}/{child}") or holds
+            if not holds and rel != name:
+                found.append(("UNLISTED", rel + "/"))
+            return holds
+        if rel in listed:  # a listed path that is not a regular file: check_file's MISMATCH says so
+            return kind == "file"
+        if kind == "file":
+            found.append(("UNLISTED", rel))
+        elif kind != "missing":
+            found.append(_odd_entry(base, rel, kind))
+        return False
+
+    walk(name)
+    return found
+
+
+def _entry_kind(path: Path) -> str:
+    """'file', 'folder', 'link', 'FIFO', 'socket', 'device' or 'missing', from lstat alone."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "missing"
+    return ("file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode)
+            else "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device")
+
+
+def _odd_entry(base: Path, rel: str, kind: str) -> tuple[str, str]:
+    """A link (its target shown, cut short) or a special file, which verify never opens."""
+    if kind == "link":
+        try:
+            target = os.readlink(base / rel)
+        except OSError:
+            target = "?"
+        return "LINK", f"{rel} -> {target if len(target) <= 200 else target[:200] + '...'}"
+    return "UNLISTED", f"{rel} (a {kind}, not opened)"
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _plain_files(base: Path, rel: str) -> list[str]:
+    """The regular files below base/rel (relative to base), links not followed."""
+    found = []
+    for folder, dirs, files in os.walk(base / rel):
+        found += [os.path.relpath(os.path.join(folder, f), base) for f in files
+                  if _entry_kind(Path(folder, f)) == "file"]
+    return found
+
+
+def merge(parts: str | None, out: str | None, checkpoint: str | None = None, verbose: bool = False) -> int:
+    """`invoke merge`: join published folders of one checkpoint (built on several hosts) into one."""
+    return guarded(lambda: _merge(parts, out, checkpoint), verbose, "merge")
+
+
+def _merge(parts, out, checkpoint) -> int:
+    folders = opts.part_folders(parts)
+    root = opts.out_folder(out, DEFAULT_OUT)
+    ckpt = opts.existing_file("checkpoint", checkpoint) if checkpoint is not None else None
+    from pipeline.building.merge import run_merge
+
+    data = run_merge(folders, root, ckpt, DEFAULT_CHECKPOINT, log=lambda m: print(m, flush=True))
+    rows = [[name, e.get("status"), e["merge"]["from_part"], _host_cell(e["merge"]["built_and_verified_on"])]
+            for name, e in data["targets"].items()]
+    print()
+    print(format_table(rows, header=("target", "status", "from part", "built and verified on")))
+    same = "identical" if data["merge"]["exported_program_reproducible"] else "DIFFERENT (not reproducible)"
+    print(f"\n{len(rows)} target(s) from {len(folders)} parts; .pt2 across parts: {same}; "
+          f"manifest: {root / 'manifest.json'}")
+    return 0
+
+
+def _host_cell(host: dict) -> str:
+    return f"{host.get('os')} {host.get('machine')}, Python {host.get('python')}"
+
+
+def clean(out: str | None, verbose: bool = False) -> int:
+    """`invoke clean`: remove what builds wrote, as their ledger records it (never anything else)."""
+    return guarded(lambda: _clean(opts.out_folder(out, DEFAULT_OUT)), verbose, "clean")
+
+
+def _clean(root: Path) -> int:
+    from pipeline.publishing import publish
+
+    state = publish.state_dir(root)
+    # lexists, not is_file: a ledger that is a FIFO or a link is the state's, refused by publish.clean
+    if not os.path.lexists(state / publish.LEDGER) and publish._old_layout_generation(root) is None:
+        print(f"nothing to clean: {root} is not an output folder of arrcoc-edge (no {state.name}/"
+              f"{publish.LEDGER}); nothing was removed")
+        return 0
+    try:
+        kept = publish.clean(root, lambda m: print(m, flush=True))
+    except OSError as exc:
+        from pipeline.errors import OutputDirError
+
+        raise OutputDirError(f"cannot clean {root} ({exc.strerror or exc})",
+                             "fix its permissions (chmod, chattr -i) and run clean again") from exc
+    print(f"cleaned {root}")
+    for path in kept:
+        print(f"kept {path}")
+    return 0
+
+
+def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
+    """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
+    from pipeline.frontends.bench import FOLDER_PHOTOS
+
+    return guarded(lambda: _bench(opts.in_folder(out, DEFAULT_OUT), opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50),
+                                  opts.integer("photos", photos, 0, opts.MAX_BENCH_PHOTOS, FOLDER_PHOTOS)),
+                   verbose, "bench")
+
+
+def _bench(root: Path, runs: int, photos: int) -> int:
+    import targets as target_table
+
+    from pipeline.frontends.bench import format_rows, run_bench
+
+    result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True), photos=photos)
+    print()
+    print(format_rows(result["rows"]))
+    for note in result.get("notes") or []:
+        print(f"note: {note}")
+    print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, each timed "
+          f"call right after an untimed one of the same case, onnxruntime pools not spinning); x = torch eager "
+          f"median / this median, 1-thread rows only (default-thread rows show their p10-p90 spread instead); "
+          f"written to {root / 'bench.json'}")
+    return 0
+
+
+def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False) -> int:
+    """`invoke predict`: whole photos (a file, several, or a folder) and queries through a published
+    artifact. image and query: one value or a list (the options may be repeated)."""
+    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose),
+                   verbose, "predict")
+
+
+def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
+    """Every option is checked before the model runs: a bad output path found after it would
+    throw the answer away (and a path over an input would destroy the input)."""
+    from pipeline.frontends import batch
+    from pipeline.frontends import predict as pr
+    from pipeline.errors import InputError
+
+    images, queries = _listed(image), _listed(query)
+    if not images:
+        raise InputError("--image is required (the photo to run the model on)", "pass --image PHOTO, e.g. --image cat.jpg")
+    if (not queries) == (query_embedding is None):
+        raise InputError("give exactly one of --query TEXT and --query-embedding FILE.npy",
+                         "e.g. --query 'where is the cat?' or --query-embedding q.npy (float32 [D])")
+    for text in queries:
+        pr.check_query_text(text)
+    photos, several = batch.photo_inputs(images)
+    embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
+    root = opts.in_folder(out, DEFAULT_OUT)
+    if several or len(queries) > 1:
+        return _predict_many(images, photos, queries, embedding, root, runtime, json_path, heatmap, verbose)
+    photo = photos[0]
+    inputs = [photo] + ([embedding] if embedding else [])
+    json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
+    heatmap_file = pr.output_file("heatmap", heatmap, inputs, root) if heatmap is not None else None
+    fmt = pr.heatmap_format("heatmap", heatmap_file) if heatmap_file else None
+    if json_file and heatmap_file and os.path.realpath(json_file) == os.path.realpath(heatmap_file):
+        raise InputError(f"--json and --heatmap name one file ({json_file})", "give them two different file names")
+    with _model(root, runtime, verbose) as model:  # pipeline.load: what a Python caller runs
+        query = queries[0] if queries else pr._embedding_file(embedding, model.query_dim)[0]
+        result = model._predict_one(photo, query, timed=True)
+    print(pr.describe(result.record))
+    pr.save_outputs(result, json_file, heatmap_file, fmt)
+    return 0
+
+
+def _listed(value) -> list:
+    """An option given once (a value), repeated (a list) or not at all (None or [])."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _model(root: Path, runtime, verbose: bool):
+    from pipeline.frontends.api import load
+    from pipeline.errors import InputError
+    from pipeline.publishing.publish import pinned, read_manifest
+
+    if not read_manifest(pinned(root)).get("targets"):
+        raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
+    return load(root, runtime, verbose=verbose)
+
+
+def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose) -> int:
+    """Several photos or queries (pipeline/frontends/batch.py): outputs checked first, then one model load."""
+    from pipeline.frontends import batch
+    from pipeline.frontends import predict as pr
+
+    inputs = photos + ([embedding] if embedding else [])
+    json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
+    heatmaps = (batch.heatmap_folder(heatmap, photos, inputs, root, max(1, len(queries)), given)
+                if heatmap is not None else None)
+    with _model(root, runtime, verbose) as model:
+        wanted = ([("query", text, text) for text in queries] if queries else
+                  [("query_embedding", str(embedding), pr._embedding_file(embedding, model.query_dim)[0])])
+        return batch.run(model, photos, wanted, json_file, heatmaps)
+
+
+def serve(out: str | None, port, verbose: bool = False) -> int:
+    """`invoke serve`: the built web demo on localhost until Ctrl-C."""
+    from pipeline.serve import serve_forever
+
+    def run():
+        number = opts.port(port)
+        serve_forever(opts.in_folder(out, DEFAULT_OUT) / "web", number, tracebacks=verbose)
+
+    return guarded(run, verbose, "serve")
+
+
+def train(out: str | None, steps, seed, verbose: bool = False) -> int:
+    """`invoke train`: options checked here, before minutes of training."""
+    def run():
+        path = opts.writable_file("out", out) if out is not None else None
+        n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
+        n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
+        from pipeline.training.train import DEFAULT_OUT as TRAINED, check_out, main
+
+        check_out(path or TRAINED, roots=(DEFAULT_OUT,))  # before minutes of training, not after
+        return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
+
+    return guarded(run, verbose, "train")
+
+
+def app_tokenize(app, tokenizer, text_file, max_length, verbose: bool = False) -> int:
+    """`invoke app-tokenize`: an app's own tokenizer code on each line of a text file, one JSON
+    array of ids per line (targets/app_tokenize.py)."""
+    return guarded(lambda: _app_tokenize(app, tokenizer, text_file, max_length, verbose), verbose, "app-tokenize")
+
+
+def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
+    import json
+
+    from targets import app_tokenize as at
+
+    from pipeline.errors import InputError
+
+    if app not in at.APPS:
+        raise InputError(f"--app {app!r} is not android or ios", "pass --app android or --app ios")
+    tok = opts.existing_file("tokenizer", tokenizer)
+    text = opts.existing_file("text-file", text_file)
+    limit = "default" if max_length is None else (
+        None if str(max_length).strip() == "none" else opts.integer("max-length", max_length, 1, 2**31 - 1))
+    # the compile's progress only with --verbose: stderr stays one line on an error
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if verbose else (lambda m: None)
+    rows = at.app_tokenize(app, tok, text, limit, log=log)
+    sys.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+    return 0

@@ -1,0 +1,132 @@
+"""What a build shows a person: its own lines and live progress; third-party noise goes to a log.
+
+Converters and runtimes talk on their own: torch's pytree FutureWarnings and `W... _pytree.py`
+logging lines, torchao's "Failed to load ... .so" and no-triton warnings, XNNPACK's
+`[cpuinfo_utils.cpp:...]` lines written from C++ straight to file descriptor 2, onnxruntime's
+quantisation hint. `warnings`/`logging` filters cannot reach C++ writes, so while the build runs
+file descriptors 1 and 2 point at OUT/build.log, and the build's own lines are written to copies
+of the terminal's descriptors taken before the switch. `--verbose` leaves every descriptor alone.
+
+build.log sits beside the generations, not inside one: it is written while the build runs,
+before there is a generation, and the log of a failed build (which publishes nothing) is the one
+a person needs. It is not a published file: no manifest lists it and `invoke verify` ignores it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+LOG_NAME = "build.log"
+_MAX_LOG_BYTES = 20 * 1024 * 1024  # start afresh past this: a log of every build ever is noise too
+
+
+class Console:
+    """The build's own output: plain lines, or (on a terminal) a live progress table by rich."""
+
+    def __init__(self, out, live: bool):
+        self.out = out
+        self.started = time.monotonic()
+        self.stages: dict[str, list] = {}  # target -> [stage text, started, finished or None]
+        self.live = None
+        if live:
+            from rich.console import Console as RichConsole
+            from rich.live import Live
+
+            self.live = Live(self._table(), console=RichConsole(file=out), refresh_per_second=4,
+                             redirect_stdout=False, redirect_stderr=False, transient=False, get_renderable=self._table)
+            self.live.start()
+
+    def log(self, message: str) -> None:
+        target = message[1:message.index("]")] if message.startswith("[") and "]" in message else None
+        if target is not None:
+            now = time.monotonic()
+            for name, state in self.stages.items():
+                if name != target and state[2] is None:
+                    state[2] = now  # a build runs one stage at a time: the previous one is done
+            state = self.stages.setdefault(target, [None, now, None])
+            state[0] = message[len(target) + 2:].strip()
+        if self.live is None or target is None:
+            self._print(message)
+
+    def _print(self, message: str) -> None:
+        if self.live is not None:
+            self.live.console.print(message, markup=False, highlight=False)
+        else:
+            self.out.write(message + "\n")
+            self.out.flush()
+
+    def _table(self):
+        from rich.table import Table
+
+        table = Table(box=None, show_header=True, header_style="bold")
+        for column in ("target", "stage", "elapsed"):
+            table.add_column(column)
+        now = time.monotonic()
+        for name, (stage, started, finished) in self.stages.items():
+            table.add_row(name, (stage or "")[:70] if finished is None else "done", f"{(finished or now) - started:.1f}s")
+        table.add_row("", "", f"total {now - self.started:.1f}s")
+        return table
+
+    def close(self) -> None:
+        if self.live is not None:
+            for state in self.stages.values():
+                state[2] = state[2] or time.monotonic()
+            self.live.stop()
+
+
+@contextlib.contextmanager
+def build_console(out_dir: Path, verbose: bool, show: bool = True):
+    """Yield a Console for the build's lines; unless verbose, fds 1 and 2 go to OUT/build.log.
+    show=False (pipeline.building.build without progress): the build's own lines are not shown either."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = None if verbose else _open_log(out_dir)
+    if log is None:  # verbose, or the folder is not writable (the build will say so in one line)
+        console = Console(sys.stdout, live=False)
+        try:
+            yield console
+        finally:
+            console.close()
+        return
+    live = show and os.isatty(1) and os.environ.get("TERM") != "dumb"
+    saved = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(saved[0]), "w", buffering=1) if show else open(os.devnull, "w")
+    console = Console(terminal, live=live)
+    try:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        yield console
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        console.close()
+        terminal.close()
+        log.close()
+
+
+def _open_log(out_dir: Path):
+    path = out_dir / LOG_NAME
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if path.is_file() and path.stat().st_size > _MAX_LOG_BYTES:
+            path.unlink()
+        # a regular file only, never through a link: a FIFO named build.log would block every build
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+        log = open(fd, "a", buffering=1)  # append: two builds queued on one folder both keep theirs
+    except (OSError, ValueError):
+        return None
+    log.write(f"\n=== build pid {os.getpid()} at {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+              f"third-party output (shown in the terminal with --verbose)\n")
+    return log

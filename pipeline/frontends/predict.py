@@ -1,0 +1,387 @@
+"""`invoke predict`: one whole photo and a query through a published artifact in its real runtime.
+
+The photo goes in as decoded (pipeline.stages.golden.load_photo: EXIF orientation applied, RGB, alpha
+dropped, no crop, no resize): the artifact does the reference's resize itself. The query is a
+sentence (when this checkpoint's width has a query encoder here) or a float32 .npy of shape [D].
+Published files are checked against the manifest's sha256 before they are loaded.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.relevance.model import WAYS_OF_KNOWING
+from pipeline.stages.target import Target
+from pipeline.publishing.publish import check_variant_files
+
+# When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
+# (onnxruntime FP32 fastest; see the README's benchmark table).
+PREFERRED = ("onnx", "onnx-int8", "executorch", "ptl")
+TIMED_CALLS = 5  # after one untimed warm-up call: the median is what a running app sees per photo
+# A query embedding is of order 1 (MiniLM's are unit vectors, Qwen3-VL's token means below 1);
+# values past this are a wrong file, and near float32's limit they overflow to NaN in the model.
+MAX_QUERY_ABS = 1e4
+
+
+@dataclass
+class Prediction:
+    grid: int
+    top_k: int
+    image_size: tuple[int, int]  # (H, W)
+    runtime: str
+    relevance: np.ndarray  # [G*G]
+    topk_indices: np.ndarray  # [K]
+    weights: np.ndarray  # [3]
+    milliseconds: float  # median of TIMED_CALLS warm calls
+
+    def to_json(self) -> dict:
+        return {"grid": self.grid, "top_k": self.top_k, "image_size": list(self.image_size), "runtime": self.runtime,
+                "relevance": [float(x) for x in self.relevance], "topk_indices": [int(i) for i in self.topk_indices],
+                "weights": [float(w) for w in self.weights]}
+
+
+def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
+    """Runtime name -> (target, variant) for every published variant this process can run.
+    A target's name means its primary variant as the manifest declares it (never the first by
+    name: `onnx-int8` is its INT8 model, not fp32-ort); `target:variant` names any variant."""
+    from pipeline.publishing.manifest import primary_variant
+
+    names = {}
+    for name, entry in (manifest.get("targets") or {}).items():
+        target = targets.get(name)
+        if target is None or entry.get("status") != "published" or target.missing_modules():
+            continue
+        if type(target).published_runner is Target.published_runner:
+            continue  # the target offers no runtime here (CoreML off macOS, TensorRT without a GPU)
+        variants = [v for v, e in (entry.get("variants") or {}).items() if e.get("status") == "verified"]
+        for variant in variants:
+            names[f"{name}:{variant}"] = (name, variant)
+        primary = primary_variant(entry)
+        if primary in variants:
+            names[name] = (name, primary)
+    return names
+
+
+def choose_runtime(requested: str | None, names: dict, out: Path, manifest: dict, targets: dict,
+                   shown: Path | None = None) -> str:
+    """The runtime to run: the one asked for, else the fastest by bench.json, else PREFERRED's
+    order. `out` is the folder read (one pinned generation); `shown` the folder the user named,
+    the only one a message names."""
+    shown = shown or out
+    if not names:
+        raise InputError(f"nothing published in {shown} runs in this process",
+                         "run `invoke build --target onnx` (or executorch, ptl) first")
+    if requested is not None:
+        if requested not in names:
+            raise InputError(_not_runnable(requested, manifest, targets, shown),
+                             f"use one of: {', '.join(sorted(names))}")
+        return requested
+    measured = _bench_order(out, names)
+    return next((n for n in measured + list(PREFERRED) if n in names), sorted(names)[0])
+
+
+def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) -> str:
+    """Why --runtime `requested` cannot run here, true to the manifest: not published, or
+    published but with no runtime in a Python process (its summary says where it runs)."""
+    name = requested.split(":", 1)[0]
+    entry = (manifest.get("targets") or {}).get(name) or {}
+    target = targets.get(name)
+    if entry.get("status") != "published" or target is None:
+        return f"runtime {requested!r} is not published in {shown}"
+    if type(target).published_runner is Target.published_runner:
+        return f"{name!r} is published in {shown} but has no runtime in Python ({target.summary})"
+    if target.missing_modules():
+        return f"{name!r} is published in {shown} but its runtime ({', '.join(target.missing_modules())}) is not installed"
+    return f"{requested!r} is not a verified variant of {name!r} in {shown}"
+
+
+def _bench_order(out: Path, names: dict) -> list[str]:
+    """Runtime names by their batch-1 median in OUT/bench.json (this host's own measurement)."""
+    from pipeline.publishing.publish import read_state_json
+
+    try:  # a regular file of bounded size only: a FIFO or a link to /dev/zero here is no measurement
+        data = read_state_json(out / "bench.json", 16 * 1024 * 1024, lambda path, why: ValueError(why))
+    except ValueError:
+        return []
+    rows = data.get("rows") if isinstance(data, dict) else None
+    best: dict[str, float] = {}
+    for row in rows if isinstance(rows, list) else []:
+        for name, ms in _row_times(row, names):
+            best[name] = min(best.get(name, float("inf")), ms)
+    return sorted(best, key=best.get)
+
+
+def _row_times(row, names: dict) -> list[tuple[str, float]]:
+    """(runtime name, batch-1 median ms) for one bench.json row; nothing for a row of another
+    shape (the file is read like user input: a wrong type is skipped, never an internal error)."""
+    if not isinstance(row, dict) or row.get("batch") != 1 or not isinstance(row.get("runtime"), str):
+        return []
+    try:
+        ms = float(row["median_ms"])
+    except (KeyError, TypeError, ValueError):
+        return []
+    label, found = row["runtime"], []
+    for name, (target, variant) in names.items():
+        if name == target and (label.startswith(f"onnxruntime {variant} ") if target.startswith("onnx")
+                               else label.startswith(target.replace("ptl", "lite interpreter"))):
+            found.append((name, ms))
+    return found
+
+
+def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, manifest: dict,
+                 targets: dict) -> np.ndarray:
+    """The query as float32 [1, D]: from a .npy of shape [D], or a sentence through the encoder
+    this checkpoint has: a published one (arr-coc-0-1's, Target.encode_query), else MiniLM for D=384."""
+    if embedding is not None:
+        return _embedding_file(embedding, dim)
+    check_query_text(text)
+    for name, entry in (manifest.get("targets") or {}).items():
+        if entry.get("status") == "published" and name in targets and not targets[name].missing_modules():
+            query = targets[name].encode_query(out, entry, text)
+            if query is not None:
+                return query
+    from pipeline.relevance import text_encoder
+
+    if dim != text_encoder.EMBED_DIM:
+        raise InputError(f"no query encoder for this checkpoint's width {dim} is published in {out}",
+                         "build it: invoke build --target text-encoder --base-model QWEN3_VL_SNAPSHOT_DIR "
+                         f"(or pass --query-embedding FILE.npy, float32 [{dim}])")
+    import logging
+
+    logging.disable(logging.WARNING)  # import-time notices of torchao and torch, not about this query
+    try:
+        return text_encoder.embed([text]).astype(np.float32)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def check_query_text(text: str) -> None:
+    """A sentence the encoders can take: not empty, and text (a shell's $'\\xff\\xfe' arrives as
+    undecodable bytes, which no tokenizer takes)."""
+    if not text.strip():
+        raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"--query {_as_bytes(text)[:40]!r} is not UTF-8 text",
+                         "type the question as text (or pass --query-embedding FILE.npy)") from None
+
+
+def _as_bytes(text: str) -> bytes:
+    """The bytes a user typed (undecodable ones come back as surrogates), escaped where they are not."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
+
+
+def _embedding_file(embedding: Path, dim: int) -> np.ndarray:
+    fix = "save the embedding with numpy.save(path, vector.astype('float32'))"
+    try:
+        vec = np.load(embedding, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
+        raise InputError(f"{embedding}: not a readable .npy file ({exc.__class__.__name__})", fix) from exc
+    if not isinstance(vec, np.ndarray):  # an .npz archive: several arrays, none of them chosen
+        vec.close()
+        raise InputError(f"{embedding} is an .npz archive, not one array", fix)
+    if vec.dtype != np.float32 or vec.shape != (dim,):
+        raise InputError(f"{embedding} holds {vec.dtype} {list(vec.shape)}, this checkpoint takes float32 [{dim}]",
+                         f"save a float32 vector of shape [{dim}] (the checkpoint's query width)")
+    check_query_values(vec, str(embedding))
+    return vec[None]
+
+
+def check_query_values(vec: np.ndarray, what: str) -> None:
+    """Finite values of a query embedding's order (a file's or an array a caller passed)."""
+    if not np.isfinite(vec).all():
+        raise InputError(f"{what} holds NaN or infinite values", "save a finite query embedding")
+    if np.abs(vec).max() > MAX_QUERY_ABS:
+        raise InputError(f"{what} holds values up to {np.abs(vec).max():.3g}; a query embedding is of "
+                         f"order 1 (at most {MAX_QUERY_ABS:g} is taken)",
+                         "save the checkpoint's own embedding of the query (MiniLM's or the token table's)")
+
+
+def open_runtime(out: Path, manifest: dict, targets: dict, requested: str | None, shown: Path | None = None,
+                 threads: int | None = None):
+    """(runtime name, Runner): the runtime chosen (choose_runtime), its files checked against the
+    manifest's sha256, loaded in its real runtime. `out`: the pinned generation read; `shown`: the
+    folder the user named (for messages). The caller closes the runner."""
+    names = runnable(manifest, targets)
+    name = choose_runtime(requested, names, out, manifest, targets, shown)
+    target, variant = names[name]
+    entry = manifest["targets"][target]
+    check_variant_files(out, entry, variant)
+    return name, targets[target].published_runner(out, entry, variant, threads=threads)
+
+
+def predictions(outs: dict, sizes: list[tuple[int, int]], grid: int, top_k: int, runtime: str,
+                ms: float, checked: bool = True) -> list[Prediction]:
+    """One Prediction per row of a batch's outputs (sizes: each photo's (H, W)), each checked
+    (check_finite) unless the caller checks the rows itself (finite_rows)."""
+    relevance, topk, weights = (np.asarray(outs[name]) for name in ("relevance", "topk_indices", "weights"))
+    found = [Prediction(grid, top_k, size, runtime, relevance[i], topk[i], weights[i], ms) for i, size in enumerate(sizes)]
+    if checked and not all(finite_rows(outs)):
+        for p in found:
+            check_finite(p)
+    return found
+
+
+def finite_rows(outs: dict) -> list[bool]:
+    """Per row of a batch: are its relevance and weights finite? One reduction when all are (a sum
+    of finite values of order 1 stays finite), row by row only when not."""
+    relevance, weights = np.asarray(outs["relevance"]), np.asarray(outs["weights"])
+    if np.isfinite(relevance.sum() + weights.sum()):
+        return [True] * len(relevance)
+    return [bool(np.isfinite(r).all() and np.isfinite(w).all()) for r, w in zip(relevance, weights)]
+
+
+def timed(runner, inputs: dict) -> tuple[dict, float]:
+    """The outputs and the median of TIMED_CALLS warm calls in ms (the first call of a runtime
+    allocates and plans: a cold time is no measure of the artifact)."""
+    outs = runner.run(inputs)
+    times = []
+    for _ in range(TIMED_CALLS):
+        start = time.perf_counter()
+        runner.run(inputs)
+        times.append((time.perf_counter() - start) * 1000.0)
+    return outs, float(np.median(times))
+
+
+def check_finite(p: Prediction) -> None:
+    """Never print or save NaN as an answer: non-finite outputs are refused with one line."""
+    if not (np.isfinite(p.relevance).all() and np.isfinite(p.weights).all()):
+        raise InputError(f"the model's output for this photo and query holds NaN or infinite values ({p.runtime})",
+                         "check the query (an embedding of ordinary, finite values) and the photo")
+
+
+@contextlib.contextmanager
+def third_party_quiet(verbose: bool):
+    """Runtimes talk on their own (XNNPACK's `[cpuinfo_utils.cpp:..]` from C++ straight to fd 2,
+    torch's UserWarnings): unless --verbose, file descriptors 1 and 2 go to /dev/null while they
+    load and run, as the build sends them to its log. predict's own lines are printed after."""
+    if verbose:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def describe(p: Prediction) -> str:
+    """What the terminal shows: the weights, then the selected cells by relevance."""
+    h, w = p.image_size  # height first, as the JSON's image_size and numpy's shape say it
+    lines = [f"photo {h} x {w} px (height x width), grid {p.grid} x {p.grid} (cell {h / p.grid:.1f} x {w / p.grid:.1f} px), "
+             f"runtime {p.runtime}, {p.milliseconds:.2f} ms (median of {TIMED_CALLS} warm calls)",
+             "weights: " + ", ".join(f"{k} {v:.3f}" for k, v in zip(WAYS_OF_KNOWING, p.weights)),
+             f"top-{p.top_k} cells (row, col: relevance), most relevant first:"]
+    order = sorted(p.topk_indices.tolist(), key=lambda i: -p.relevance[i])
+    cells = [f"({i // p.grid},{i % p.grid}: {p.relevance[i]:.3f})" for i in order]
+    lines += ["  " + " ".join(cells[k : k + 8]) for k in range(0, len(cells), 8)]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- where predict may write
+
+
+def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path:
+    """--json/--heatmap, checked before the model runs: a new or regular file in an existing,
+    writable folder, never one of the inputs and never inside an output folder or its state (the
+    publish is the tool's, replaced only whole), each judged by the file system's identity of
+    files and folders (pipeline.publishing.outputs_guard), however they are named or mounted."""
+    from pipeline.publishing.outputs_guard import folder_holding, input_named
+
+    if not str(value).strip():
+        raise InputError(f"--{option} is empty", f"leave --{option} out, or name a file to write")
+    path = Path(os.path.abspath(value))
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"--{option} {value!r}: folder {folder} does not exist",
+                         f"create it first (mkdir -p {folder}) or pass --{option} in an existing folder")
+    if os.path.lexists(path) and not path.is_file():
+        raise InputError(f"--{option} {value!r} exists and is not a regular file (a folder or device)",
+                         f"pass --{option} with a new file name or a file to replace")
+    given = input_named(path, inputs)
+    if given is not None:
+        raise InputError(f"--{option} {value!r} is the input file {given}: it would be overwritten",
+                         f"pass --{option} with another file name")
+    inside = folder_holding(path, [root])
+    if inside:
+        raise InputError(f"--{option} {value!r} is inside the output folder {inside}",
+                         f"pass --{option} with a path outside it (the tool replaces a publish only whole)")
+    _probe_folder(option, folder)
+    return path
+
+
+def _probe_folder(option: str, folder: Path) -> None:
+    """A temporary file made and removed in the folder: a read-only or vanished folder is found
+    before the model runs, not after."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".arrcoc-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write into {folder} for --{option} ({exc.strerror or exc})",
+                         f"pass --{option} with a path in a writable folder") from exc
+
+
+def heatmap_format(option: str, path: Path) -> str:
+    """The PIL format for the heatmap's file name, from its extension."""
+    from PIL import Image
+
+    Image.init()
+    fmt = Image.registered_extensions().get(path.suffix.lower())
+    if fmt is None or fmt not in Image.SAVE or fmt not in ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF"):
+        raise InputError(f"--{option} {path.name!r}: the extension {path.suffix or '(none)'!r} is not an image format",
+                         f"name the file .png (or .jpg, .webp), e.g. --{option} heat.png")
+    return fmt
+
+
+def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heatmap_fmt: str | None,
+                 say=print) -> None:
+    """Write the JSON and the heatmap of `result` (a pipeline.frontends.api.Prediction: its to_json() and
+    heatmap(), what a Python caller gets), each whole or not at all (save_whole). Each written file
+    is said at once."""
+    jobs = []
+    if json_file:
+        jobs.append(("json", json_file, lambda f: f.write((json.dumps(result.to_json()) + "\n").encode())))
+    if heatmap_file:
+        picture = result.heatmap()
+        jobs.append(("heatmap", heatmap_file, lambda f: picture.save(f, format=heatmap_fmt)))
+    for label, path, write in jobs:
+        save_whole(path, write)
+        say(f"{label}: {path}")
+
+
+def save_whole(path: Path, write) -> None:
+    """publish.write_atomic with the one-line error: an error or a Ctrl-C while saving leaves the
+    previous file, or none."""
+    from pipeline.errors import OutputDirError
+    from pipeline.publishing.publish import write_atomic
+
+    try:
+        write_atomic(path, write)
+    except OSError as exc:
+        raise OutputDirError(f"cannot write {path} ({exc.strerror or exc}); it was left as it was",
+                             "free space on that device or pass another path") from exc

@@ -1,0 +1,550 @@
+"""The ARR-COC v0.1 relevance realizer, written afresh for export.
+
+It computes what the reference computes (arr-coc-0-1, ARR_COC/{texture,knowing,balancing,
+attending}.py, with kornia), held to it by `pipeline/relevance/reference.py` and tests/test_reference.py.
+The one accepted difference: min-max normalisation is per sample, never across the batch, so one
+image's result does not depend on its batch-mates (at batch 1 the two are identical).
+
+How it gets there faster without changing the numbers (see PhotoWindows and TextureArray): the
+reference stretches the photo to 16*G with a bilinear resize (align_corners=False, no antialias,
+no crop), computes LAB, grayscale and a normalised 3x3 Sobel at every pixel, then samples the
+G x G grid bilinearly (align_corners=False). A 16x bilinear downsample reads only pixels 16i+7
+and 16i+8 of each axis, weight 1/2 each, so every texture channel needs just the 4 x 4 window
+16i+6..16i+9 of each cell: the resize is evaluated at those 4G rows and 4G columns only (two taps
+per axis, indices and weights computed from H and W the way PyTorch computes them), and the
+colour maths runs on 4 taps per cell. No full-resolution image is ever made, no kornia in the graph.
+
+Contract: image uint8 [B,H,W,3], the photo as decoded (RGB, rows top to bottom, EXIF orientation
+applied, alpha dropped), 16 <= H, W <= 8192, one size per batch; query float32 [B,D] ->
+relevance [B,G*G] in [0,1], topk_indices int64 [B,K], weights [B,3]
+(information, perspectival, participatory).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TEXTURE_CHANNELS = 13
+CH_SOBEL_MAG = 7
+INPUT_NAMES = ("image", "query")
+OUTPUT_NAMES = ("relevance", "topk_indices", "weights")
+WAYS_OF_KNOWING = ("information", "perspectival", "participatory")
+
+# Normalisation epsilon as in the reference; keeps flat maps finite.
+_MINMAX_EPS = 1e-8
+
+
+# The reference computes its texture at 16 pixels per grid cell (texture.py's intermediate size).
+CELL = 16
+# Largest grid accepted: 128 x 128 patches.
+MAX_GRID = 128
+# Photo sides accepted (pixels). 8192 takes 12 MP (4032 x 3024) and 24 MP (6000 x 4000) phone photos;
+# 16 is the smallest photo the texture's 3 x 3 Sobel window still fits after the resize.
+MIN_SIDE, MAX_SIDE = 16, 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything that shapes the network. Stored in checkpoint metadata.
+
+    The one place a config is validated: every field a positive integer, image_size exactly
+    CELL * grid (the size the reference resizes every photo to), 1 <= top_k <= grid**2.
+    """
+
+    image_size: int = 224
+    grid: int = 14
+    query_dim: int = 384
+    proj_hidden: int = 64
+    balancer_hidden: int = 128
+    top_k: int = 64
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{f.name} must be a positive integer, got {value!r}")
+        if self.grid > MAX_GRID:
+            raise ValueError(f"grid {self.grid} is larger than the supported {MAX_GRID}")
+        if self.image_size != CELL * self.grid:
+            raise ValueError(
+                f"image_size {self.image_size} must be {CELL} x grid = {CELL * self.grid} "
+                f"(the reference computes its texture at {CELL} pixels per grid cell)"
+            )
+        if self.top_k > self.num_patches:
+            raise ValueError(f"top_k {self.top_k} must be in 1..{self.num_patches} (grid {self.grid} squared)")
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid * self.grid
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    def with_settings(self, grid: int | None = None, top_k: int | None = None) -> "ModelConfig":
+        """The same learned shapes at another grid / top-K (the input size follows the grid)."""
+        grid = self.grid if grid is None else grid
+        size = CELL * grid if isinstance(grid, int) and not isinstance(grid, bool) else grid
+        return dataclasses.replace(self, grid=grid, image_size=size, top_k=self.top_k if top_k is None else top_k)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"config must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown config keys {sorted(unknown)}")
+        return cls(**data)
+
+
+def minmax_per_sample(x: torch.Tensor) -> torch.Tensor:
+    """Scale each sample of x [B, ...] to [0, 1] independently of the rest of the batch."""
+    dims = tuple(range(1, x.dim()))
+    lo = x.amin(dim=dims, keepdim=True)
+    hi = x.amax(dim=dims, keepdim=True)
+    return (x - lo) / (hi - lo + _MINMAX_EPS)
+
+
+# The colour maths below is written in ops that XNNPACK (ExecuTorch) delegates: it takes exp, log,
+# sub, mul and clamp, but no pow with a non-integer exponent and no comparison or `where`, which
+# ran on ExecuTorch's portable kernels (side by side at G=32, D=2048: batch 1 1.54 -> 1.36 ms,
+# batch 8 8.52 -> 7.65 ms). Both rewrites are
+# exact in real arithmetic and change float32 results by rounding only (tests/test_reference.py):
+#   x ** p = exp(p * log x) for x > 0 (each branch clamps its input to its own domain, so log never
+#   sees 0 even where the branch is not taken), and
+#   where(x > t, a, b) = m * a + (1 - m) * b with m exactly 1.0 or 0.0 (see _step): 1 * a + 0 * b
+#   is a itself, because both branches are finite.
+_STEP_SCALE = 2.0**100  # a power of two: multiplying by it is exact until it overflows to inf
+
+
+def _step(x: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Exactly 1.0 where x > threshold, exactly 0.0 elsewhere, in float ops XNNPACK takes.
+
+    x - threshold is exact near the threshold (Sterbenz) and at least 2**-30 when positive (the
+    thresholds here are above 2**-7), so the scaled difference is >= 2**70 and clamps to 1; zero
+    or negative clamps to 0."""
+    return ((x - threshold) * _STEP_SCALE).clamp(0.0, 1.0)
+
+
+def _srgb_to_linear(c: torch.Tensor) -> torch.Tensor:
+    """kornia's sRGB -> linear RGB: ((c + 0.055) / 1.055) ** 2.4 above 0.04045, c / 12.92 below."""
+    high = torch.exp(2.4 * torch.log((c.clamp(min=0.04045) + 0.055) / 1.055))
+    m = _step(c, 0.04045)
+    return m * high + (1.0 - m) * (c / 12.92)
+
+
+def _lab_f(t: torch.Tensor) -> torch.Tensor:
+    """CIE f(t): the cube root above 0.008856, 7.787 t + 4/29 below."""
+    high = torch.exp(torch.log(t.clamp(min=0.008856)) * (1.0 / 3.0))
+    m = _step(t, 0.008856)
+    return m * high + (1.0 - m) * (7.787 * t + 4.0 / 29.0)
+
+
+# Rows of kornia's sRGB->XYZ matrix for X and Y, X divided by the D65 white point (Y's is 1).
+_XY_FROM_LINEAR_RGB = torch.tensor([[0.412453, 0.357580, 0.180423], [0.212671, 0.715160, 0.072169]])
+_XY_FROM_LINEAR_RGB[0] /= 0.95047
+_GRAY = (0.299, 0.587, 0.114)  # kornia.color.rgb_to_grayscale
+_SOBEL_X = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]) / 8.0  # kornia, normalised
+
+# Offsets inside a CELL-pixel block: the bilinear 16x downsample reads pixels 7 and 8 of each
+# block (weight 1/2 each); a 3x3 Sobel at those pixels reads 6..9: the cell's 4 x 4 window.
+_WINDOW = (6, 10)
+_TAPS = ((1, 1), (1, 2), (2, 1), (2, 2))  # the bilinear taps, as (row, column) inside the window
+
+# Output channels of the window convolution (each a linear function of the cell's 4 x 4 window):
+_GX_TAPS, _GY_TAPS = slice(0, 4), slice(4, 8)  # Sobel x / y of the grayscale image at each tap
+_G_MEANS = slice(8, 10)  # Sobel x and y sampled (mean over the taps)
+_RGB_MEANS = slice(10, 13)  # R, G, B sampled
+_TAP_VALUES = slice(13, 25)  # the raw pixel values, channel 13 + 3 * tap + colour
+_WINDOW_OUTPUTS = 25
+
+
+def _window_kernel() -> torch.Tensor:
+    """[25,3,4,4]: one strided convolution computes every linear texture quantity of a cell.
+
+    Applied with stride 4 to the cells' windows (PhotoWindows), it reads exactly each cell's window. The grayscale weights are folded into the Sobel kernels (Sobel is linear, so
+    Sobel(gray) = sum_c w_c Sobel(c)); a raw tap value is a one-hot kernel, exact in float (the
+    other products are exact zeros).
+    """
+    gray = torch.tensor(_GRAY)[:, None, None]
+    k = torch.zeros(_WINDOW_OUTPUTS, 3, 4, 4)
+    for t, (r, c) in enumerate(_TAPS):
+        k[_GX_TAPS.start + t, :, r - 1 : r + 2, c - 1 : c + 2] = gray * _SOBEL_X
+        k[_GY_TAPS.start + t, :, r - 1 : r + 2, c - 1 : c + 2] = gray * _SOBEL_X.t()
+        for colour in range(3):
+            k[_RGB_MEANS.start + colour, colour, r, c] = 0.25
+            k[_TAP_VALUES.start + 3 * t + colour, colour, r, c] = 1.0
+    k[_G_MEANS.start] = k[_GX_TAPS].mean(dim=0)
+    k[_G_MEANS.start + 1] = k[_GY_TAPS].mean(dim=0)
+    return k
+
+
+def _colour_kernels() -> dict[str, torch.Tensor]:
+    """1x1 convolutions over the 12 tap values (channel 3 * tap + colour), so no op slices or
+    splits colour channels (TensorRT rejects the SplitToSequence a split exports to):
+    xy [8,12]: X/Xn and Y at each tap from linear RGB (kornia's sRGB->XYZ rows, D65);
+    lab [2,8] + lab_bias: (L*/100, (a*+128)/255) sampled, i.e. the mean over the taps of
+    L* = 116 f(Y) - 16 and a* = 500 (f(X) - f(Y)), both affine in f, folded into one map;
+    pairs [4,8] + mag_eps: gx^2 + gy^2 + 1e-8 at each tap."""
+    xy, lab, pairs = torch.zeros(8, 12, 1, 1), torch.zeros(2, 8, 1, 1), torch.zeros(4, 8, 1, 1)
+    for t in range(4):
+        xy[t, 3 * t : 3 * t + 3, 0, 0] = _XY_FROM_LINEAR_RGB[0]
+        xy[4 + t, 3 * t : 3 * t + 3, 0, 0] = _XY_FROM_LINEAR_RGB[1]
+        pairs[t, t] = pairs[t, 4 + t] = 1.0
+    lab[0, 4:8] = 116.0 / 100.0 / 4
+    lab[1, 0:4] = 500.0 / 255.0 / 4
+    lab[1, 4:8] = -500.0 / 255.0 / 4
+    return {"xy": xy, "lab": lab, "lab_bias": torch.tensor([-16.0 / 100.0, 128.0 / 255.0]),
+            "pairs": pairs, "mag_eps": torch.full((4,), 1e-8)}
+
+
+def _window_offsets(grid: int) -> torch.Tensor:
+    """The 4G rows (or columns) of the 16G-pixel resized image that the texture reads: 16i+6..16i+9."""
+    lo, hi = _WINDOW
+    cells = torch.arange(grid, dtype=torch.float32)[:, None] * CELL
+    return (cells + torch.arange(lo, hi, dtype=torch.float32)[None, :]).flatten()
+
+
+def resize_taps(dst: torch.Tensor, n: torch.Tensor, out_size: int):
+    """Where PyTorch's bilinear resize (align_corners=False, no antialias) of an axis of n pixels
+    to out_size reads for the output pixels `dst`: (lower index, upper index, upper weight).
+
+    Float32 throughout, in PyTorch's own order (aten/src/ATen/native/UpSample.h): scale = n / out,
+    src = max(scale * (dst + 0.5) - 0.5, 0), i0 = min(floor(src), n - 1), w1 = clamp(src - i0, 0, 1),
+    i1 = i0 + 1 unless i0 is the last pixel. n is a 0-d float32 tensor (the axis length), so the
+    graph computes the same numbers for every photo size.
+    """
+    scale = n / out_size
+    src = ((dst + 0.5) * scale - 0.5).clamp(min=0.0)
+    last = n - 1.0
+    i0 = torch.minimum(src.floor(), last)
+    w1 = (src - i0).clamp(0.0, 1.0)
+    i1 = torch.minimum(i0 + 1.0, last)
+    return i0.long(), i1.long(), w1
+
+
+class PhotoWindows(nn.Module):
+    """The photo as decoded, uint8 [B,H,W,3] -> float [B,3,4G,4G]: every cell's 4 x 4 window of
+    the reference's resize to 16G x 16G (ToTensor's /255, then the bilinear resize), exactly up
+    to float rounding (~1e-7), and bit for bit at H = W = 16G (the taps are then the pixels
+    themselves, with weight 0 on the second).
+
+    One element gather reads the 8G x 8G source bytes the windows need (two taps per axis),
+    still as uint8; the blend runs in float32 in PyTorch's order (columns, then rows) and the
+    division by 255 comes last, on the 16x fewer blended values (x / 255 commutes with the
+    blend up to rounding, and exactly when a weight is 0).
+    """
+
+    def __init__(self, grid: int):
+        super().__init__()
+        self.grid = grid
+        self.register_buffer("dst", _window_offsets(grid), persistent=False)
+        self.register_buffer("channel", torch.arange(3).reshape(1, 3, 1, 1, 1), persistent=False)
+        self.register_buffer("bytes_per_pixel", torch.tensor(3), persistent=False)
+
+    # Whether the graph branches (torch.cond: ONNX If) to `at_input_size` for photos of exactly
+    # 16G x 16G. A runtime without control flow takes the general path for every size (the same
+    # numbers: at 16G its taps are the pixels themselves); export_form() builds that program.
+    fast_path = True
+    # How the general path reads the photo: "gather" (one element gather of bytes: fastest in
+    # onnxruntime and eager) or "rows" (whole rows, then columns: fastest in ExecuTorch, whose
+    # portable gather and int64 offset maths cost more than the rest of the model). The same
+    # arithmetic on the same bytes in the same order: bit-identical outputs (tests/test_model.py).
+    GENERAL_FORMS = ("gather", "rows")
+    general = "gather"
+    # A program for 16G x 16G photos only (no resize at all): ExecuTorch's second method.
+    square_only = False
+
+    def forward(self, photo: torch.Tensor) -> torch.Tensor:
+        if self.square_only:
+            return self.at_input_size_by_rows(photo)
+        if not self.fast_path:
+            return self.resized_by_rows(photo) if self.general == "rows" else self.resized(photo)
+        size = CELL * self.grid
+        return torch.cond((photo.shape[1] == size) & (photo.shape[2] == size), self.at_input_size, self.resized, (photo,))
+
+    def at_input_size(self, photo: torch.Tensor) -> torch.Tensor:
+        """A 16G x 16G photo: the resize is the identity, so the windows are the photo's own pixels
+        at rows and columns 16i+6..16i+9. Two gathers of whole rows, then of 4G-byte column blocks
+        (after a transpose of the 4G selected rows), instead of the ~60 small nodes of `resized`:
+        measured 0.222 vs 0.338 ms for the whole model (onnxruntime, 1 thread, G=14), where the
+        square-only graph before whole photos took 0.220."""
+        taps = self.dst.long()
+        rows = photo.index_select(1, taps).permute(0, 2, 3, 1)  # [B,W,3,4G]
+        cells = rows.index_select(1, taps)  # [B,4G columns,3,4G rows]
+        # contiguous: both branches of torch.cond must return the same memory layout
+        return cells.permute(0, 2, 3, 1).contiguous().float() / 255.0
+
+    def resized(self, photo: torch.Tensor) -> torch.Tensor:
+        """Any size: the reference's resize evaluated at the windows' rows and columns."""
+        height, width = photo.shape[1], photo.shape[2]
+        w = 4 * self.grid
+        # Shapes below name the batch as -1 (or flatten): a reshape to a shape computed from the
+        # symbolic batch exports as a Shape/Gather/Concat chain per reshape, and at 16G those
+        # small nodes cost more than the gather itself (onnxruntime, measured).
+        lower, upper, weight = self._taps(height, width)  # each [2,4G]: row taps, column taps
+        # Byte offsets into each flattened photo, laid out [B, 3, (row tap, row) 2*4G, column tap,
+        # 4G] so that each blend takes whole contiguous blocks (rank 5: CoreML's limit). A two-index gather would export as a
+        # Transpose of the whole photo plus GatherND (4 ms at 12 MP); a Gather of 3-byte pixels
+        # costs 2.5x more than GatherElements of bytes (onnxruntime, measured).
+        taps = torch.stack([lower, upper], dim=1)  # [2 axes, 2 taps, 4G]
+        # Integer maths without Python scalars: torchao's prepare_pt2e (ExecuTorch int8) lifts a
+        # scalar into a float32 constant, which would turn these byte offsets into floats.
+        rows = (taps[0] * (3 * width)).reshape(1, 1, 2 * w, 1, 1)
+        cols = (taps[1] * self.bytes_per_pixel).reshape(1, 1, 1, 2, w)
+        # Each photo keeps its own row of the flattened view: folding the batch in as well would
+        # make one dimension of up to batch x 8192 x 8192 x 3, past the int32 sizes of an
+        # ExecuTorch program. The zeros give the offsets their batch dimension in the same add
+        # (x - x of the photo's first byte: prepare_pt2e also drops torch.zeros' dtype keyword).
+        first = photo[:, :1, :1, :1].to(torch.long)
+        per_photo = (first - first).reshape(-1, 1, 1, 1, 1)
+        offsets = (per_photo + self.channel + rows + cols).flatten(1)
+        px = torch.gather(photo.flatten(1), 1, offsets).reshape(-1, 2, w).float()
+        left, right = px.unbind(1)
+        cw1 = weight[1]
+        across = left * (1.0 - cw1) + right * cw1  # columns blended: [B*3*2*4G, 4G]
+        top, bottom = across.reshape(-1, 2, w, w).unbind(1)
+        rw1 = weight[0][:, None]
+        window = top * (1.0 - rw1) + bottom * rw1  # rows blended: [B*3, 4G, 4G]
+        return (window / 255.0).reshape(-1, 3, w, w)
+
+    def at_input_size_by_rows(self, photo: torch.Tensor) -> torch.Tensor:
+        """`at_input_size` for a program that takes only 16G x 16G photos (ExecuTorch's second
+        method): the windows' rows, then their columns (index_select), cast and scaled, channels
+        last until the end, so no uint8 transpose runs on a portable kernel. Bit for bit what
+        `resized` computes at 16G (its second taps have weight 0: x * 1 + y * 0 is x)."""
+        taps = self.dst.long()
+        px = photo.index_select(1, taps).index_select(2, taps).float()  # [B, 4G, 4G, 3]
+        # contiguous, as `resized` returns: a channels-last view would let a multi-threaded eager /
+        # Lite Interpreter convolution pick another kernel and round differently (measured)
+        return (px / 255.0).permute(0, 3, 1, 2).contiguous()
+
+    def resized_by_rows(self, photo: torch.Tensor) -> torch.Tensor:
+        """`resized`, reading whole rows: the 2 x 4G source rows the windows need (index_select of
+        W*3-byte blocks), then their 2 x 4G columns (3-byte blocks), blended in the same order
+        (columns, then rows) and with the same float32 operations as `resized`: bit-identical.
+        The gathered pixels are made channels-first before the blends, so each weight multiplies a
+        contiguous run of 4G columns: channels-last, XNNPACK's broadcasting multiplies had a
+        3-float inner loop: its multiplies took 41 of the method's 466 us at 1024x768, 12 after
+        (ExecuTorch 1 thread, ETDump, G=14). Measured in ExecuTorch (XNNPACK, 1 thread, G=14, this
+        part alone): 0.19 vs 0.46 ms for the element gather at 1024x768; in onnxruntime it is
+        slower than `resized` (3-byte blocks), so ONNX targets keep that one."""
+        height, width = photo.shape[1], photo.shape[2]
+        w = 4 * self.grid
+        lower, upper, weight = self._taps(height, width)  # each [2,4G]: row taps, column taps
+        taps = torch.stack([lower, upper], dim=1)  # [2 axes, 2 taps, 4G]
+        rows = photo.index_select(1, taps[0].flatten())  # [B, 2*4G, W, 3]: whole rows
+        px = rows.index_select(2, taps[1].flatten()).float()  # [B, (row tap, row), (column tap, column), 3]
+        px = px.permute(0, 3, 1, 2)  # [B, 3, (row tap, row), (column tap, column)]
+        left, right = px.reshape(-1, 3, 2 * w, 2, w).unbind(3)
+        cw1 = weight[1]
+        across = left * (1.0 - cw1) + right * cw1  # columns blended: [B, 3, 2*4G, 4G]
+        top, bottom = across.reshape(-1, 3, 2, w, w).unbind(2)
+        rw1 = weight[0][:, None]
+        window = top * (1.0 - rw1) + bottom * rw1  # rows blended: [B, 3, 4G, 4G]
+        return window / 255.0
+
+    def _taps(self, height, width):
+        n = torch.stack([torch.scalar_tensor(height, dtype=torch.float32),
+                         torch.scalar_tensor(width, dtype=torch.float32)])[:, None]  # [2,1]
+        return resize_taps(self.dst, n, CELL * self.grid)
+
+
+class TextureArray(nn.Module):
+    """The photo, uint8 [B,H,W,3] -> the reference's 13 texture channels on the G x G grid.
+
+    Channels: RGB, L*/100, (a*+128)/255, Sobel gx, gy, magnitude (each min-maxed), y, x,
+    eccentricity, magnitude again, L*/100 again. Every channel is the mean of its per-pixel value
+    at the 4 bilinear taps of the cell, which is exactly the reference's bilinear sampling.
+    One strided convolution over each cell's 4 x 4 window yields every linear quantity; the
+    costly colour maths (pow, cube root) then runs on the 4 taps only, G*G*12 values.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.grid = cfg.grid
+        self.windows = PhotoWindows(cfg.grid)
+        self.register_buffer("window_kernel", _window_kernel(), persistent=False)
+        for name, value in _colour_kernels().items():
+            self.register_buffer(name, value, persistent=False)
+        lin = torch.linspace(0.0, 1.0, cfg.grid)
+        yy, xx = torch.meshgrid(lin, lin, indexing="ij")
+        ecc = torch.sqrt((yy - 0.5) ** 2 + (xx - 0.5) ** 2)
+        pos = torch.stack([yy, xx, ecc / ecc.max()]).unsqueeze(0)
+        self.register_buffer("positions", pos, persistent=False)
+
+    def forward(self, photo: torch.Tensor) -> torch.Tensor:
+        return self.from_windows(self.windows(photo))
+
+    def from_windows(self, windows: torch.Tensor) -> torch.Tensor:
+        """[B,3,4G,4G] cell windows (PhotoWindows) -> [B,13,G,G]."""
+        cells = F.conv2d(windows, self.window_kernel, stride=4)  # [B,25,G,G]
+        linear_rgb = _srgb_to_linear(cells[:, _TAP_VALUES])
+        lab = F.conv2d(_lab_f(F.conv2d(linear_rgb, self.xy)), self.lab, self.lab_bias)  # [B,2,G,G]
+        grads = cells[:, _GX_TAPS.start : _GY_TAPS.stop]
+        mag = torch.sqrt(F.conv2d(grads * grads, self.pairs, self.mag_eps)).mean(dim=1, keepdim=True)
+        edges = minmax_per_sample_channels(torch.cat([cells[:, _G_MEANS], mag], dim=1))  # gx, gy, mag
+        pos = self.positions.expand(windows.shape[0], -1, -1, -1)
+        return torch.cat([cells[:, _RGB_MEANS], lab, edges, pos, edges[:, 2:3], lab[:, 0:1]], dim=1)
+
+
+def minmax_per_sample_channels(x: torch.Tensor) -> torch.Tensor:
+    """Min-max each channel of each sample of x [B,C,H,W] over its H x W values."""
+    lo = x.amin(dim=(2, 3), keepdim=True)
+    hi = x.amax(dim=(2, 3), keepdim=True)
+    return (x - lo) / (hi - lo + _MINMAX_EPS)
+
+
+def per_patch(textures: torch.Tensor) -> torch.Tensor:
+    """[B,C,G,G] -> [B,G*G,C]: one row per patch, so per-patch reductions and products run over
+    the contiguous last axis (onnxruntime's softmax and sums over a middle axis cost ~10x more)."""
+    return textures.flatten(2).transpose(1, 2)
+
+
+def information_score(textures: torch.Tensor) -> torch.Tensor:
+    """Propositional knowing: entropy of the channel softmax, [B,G*G] in [0,1]."""
+    probs = F.softmax(per_patch(textures), dim=-1)
+    entropy = -(probs * torch.log(probs + 1e-10)).sum(dim=-1)
+    return minmax_per_sample(entropy)
+
+
+def perspectival_score(textures: torch.Tensor) -> torch.Tensor:
+    """Perspectival knowing: the Sobel magnitude channel (already in [0,1]), [B,G*G]."""
+    return textures[:, CH_SOBEL_MAG].flatten(1)
+
+
+PARTICIPATORY_FORMS = ("direct", "reduced")
+
+
+class ParticipatoryScorer(nn.Module):
+    """Participatory knowing: textures projected into query space, cosine with the query.
+
+    Two exact forms of the same score (the reference computes `direct`):
+      direct:  cos(q, W2 h + b2) with the D-wide projection of every patch (h = ReLU(W1 t + b1));
+      reduced: numerator (W2^T q^)·h + q^·b2 and squared norm h^T (W2^T W2) h + 2 (W2^T b2)·h + |b2|^2,
+               so per patch only 64-wide products remain (the D x 64 work happens once per query,
+               and W2^T W2, W2^T b2, |b2|^2 are constants of the checkpoint).
+    Equal in real arithmetic; in float32 within ~1e-6 (tests/test_reference.py holds both to the
+    oracle). `form` picks one; targets choose by measurement and the manifest records which.
+    """
+
+    DERIVED = ("gram", "w2t_b2", "b2_sq")  # buffers computed from the learned W2, b2
+
+    def __init__(self, cfg: ModelConfig, form: str = "reduced"):
+        super().__init__()
+        self.texture_proj = nn.Sequential(
+            nn.Conv2d(TEXTURE_CHANNELS, cfg.proj_hidden, kernel_size=1),
+            nn.ReLU(),
+            nn.Conv2d(cfg.proj_hidden, cfg.query_dim, kernel_size=1),
+        )
+        self.form = form
+        # The reduced form's constants of the checkpoint, refreshed whenever weights are loaded.
+        shapes = {"gram": (cfg.proj_hidden, cfg.proj_hidden), "w2t_b2": (cfg.proj_hidden,), "b2_sq": ()}
+        for name in self.DERIVED:
+            self.register_buffer(name, torch.zeros(shapes[name]), persistent=False)
+        self.register_load_state_dict_post_hook(lambda module, keys: module.refresh_constants())
+        self.refresh_constants()
+
+    @torch.no_grad()
+    def refresh_constants(self) -> None:
+        w2, b2 = self.texture_proj[2].weight.flatten(1).double(), self.texture_proj[2].bias.double()
+        # accumulated in float64: these sums run over D (up to 2048) terms
+        self.gram.copy_(w2.t() @ w2)
+        self.w2t_b2.copy_(w2.t() @ b2)
+        self.b2_sq.copy_(b2 @ b2)
+
+    def forward(self, textures: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        if self.form == "direct" or self.training:
+            feats = F.normalize(self.texture_proj(textures), dim=1)
+            q = F.normalize(query, dim=1)[:, :, None, None]
+            return ((feats * q).sum(dim=1).flatten(1) + 1.0) / 2.0
+        return (self._reduced_cosine(textures, query) + 1.0) / 2.0
+
+    def _reduced_cosine(self, textures: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        conv1, conv2 = self.texture_proj[0], self.texture_proj[2]
+        w2, b2 = conv2.weight.flatten(1), conv2.bias  # [D,64], [D]
+        h = F.relu(F.linear(per_patch(textures), conv1.weight.flatten(1), conv1.bias))  # [B,N,64]
+        q = F.normalize(query, dim=1)
+        a = q @ w2  # [B,64]: W2^T q^, one D x 64 product per query
+        # (q * b2).sum, not q @ b2: CoreML's matmul takes no 1-D operand
+        numerator = (h @ a.unsqueeze(2)).squeeze(2) + (q * b2).sum(dim=1, keepdim=True)  # [B,N]
+        # W2^T W2 is symmetric, so h @ gram is (gram h) per patch; 2 W2^T b2 joins before the sum
+        sq_norm = ((h @ self.gram + 2.0 * self.w2t_b2) * h).sum(dim=2) + self.b2_sq
+        # F.normalize divides by max(norm, 1e-12): the same guard on the squared norm
+        return numerator / sq_norm.clamp(min=0.0).sqrt().clamp(min=1e-12)
+
+
+class TensionBalancer(nn.Module):
+    """(mean, max, std) of each map + query -> softmax weights over the three maps."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h = cfg.balancer_hidden
+        self.weight_predictor = nn.Sequential(
+            nn.Linear(9 + cfg.query_dim, h),
+            nn.ReLU(),
+            nn.Linear(h, h),
+            nn.ReLU(),
+            nn.Linear(h, 3),
+            nn.Softmax(dim=-1),
+        )
+
+    @staticmethod
+    def summarise(maps: torch.Tensor) -> torch.Tensor:
+        """maps [B,3,N] -> [B,9]: (mean, max, std) for each map in turn."""
+        stats = torch.stack([maps.mean(dim=2), maps.amax(dim=2), maps.std(dim=2)], dim=2)
+        return stats.flatten(1)
+
+    def forward(self, maps: torch.Tensor, query: torch.Tensor):
+        weights = self.weight_predictor(torch.cat([self.summarise(maps), query], dim=1))
+        relevance = minmax_per_sample((weights[:, :, None] * maps).sum(dim=1))
+        return relevance, weights
+
+
+class RelevanceModel(nn.Module):
+    """texture -> three ways of knowing -> tension balancer -> top-K allocator."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.texture = TextureArray(cfg)
+        self.participatory_scorer = ParticipatoryScorer(cfg)
+        self.balancer = TensionBalancer(cfg)
+
+    def forward(self, image: torch.Tensor, query: torch.Tensor):
+        return self.from_textures(self.texture(image), query)  # image: uint8 [B,H,W,3], as decoded
+
+    def from_textures(self, textures: torch.Tensor, query: torch.Tensor):
+        """Everything after the texture: many queries on one photo need its texture once."""
+        maps = torch.stack(
+            [
+                information_score(textures),
+                perspectival_score(textures),
+                self.participatory_scorer(textures, query),
+            ],
+            dim=1,
+        )  # [B,3,N]
+        relevance, weights = self.balancer(maps, query)
+        topk_indices = torch.topk(relevance, k=self.cfg.top_k, dim=1, sorted=True).indices
+        return relevance, topk_indices, weights
+
+
+def build_model(cfg: ModelConfig, seed: int | None = None) -> RelevanceModel:
+    """A model in eval mode; `seed` gives a reproducible initialisation."""
+    if seed is not None:
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+    model = RelevanceModel(cfg)
+    if seed is not None:
+        torch.random.set_rng_state(gen_state)
+    return model.eval()
+
+
+def learned_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Expected state-dict keys and shapes (the reference layout)."""
+    return {k: tuple(v.shape) for k, v in RelevanceModel(cfg).state_dict().items()}

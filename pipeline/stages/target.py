@@ -1,0 +1,171 @@
+"""The contract every target implements. The pipeline core only ever talks to this.
+
+A target is one module in `targets/`, registered in `targets/__init__.py`. It declares:
+  name, summary       what it is called and what it makes
+  extra, modules      the pip extra that installs its dependencies, and the modules it imports
+  capability          what its verifier needs from the host ("cpu", "macOS", "NVIDIA GPU ...")
+  depends_on / uses   targets whose staged outputs it needs (hard) or uses when present (soft)
+and implements:
+  check_options(options, cfg)        validate user options (e.g. --calibration) before ANY stage runs,
+                                     so bad input fails the whole build with nothing published
+  build(ctx)          -> [Variant]   write files into ctx.staging, one Variant per model flavour
+  inspect(ctx, v)     -> [str]       structural checks that always run (I/O contract, op list...)
+  load(ctx, v)        -> Runner      the artifact in its real runtime; raise HostCapabilityError
+                                     when that runtime cannot exist on this host
+The core runs the held-out golden split through each Runner, computes parity metrics and holds
+each variant to its Gate (parity and size) before anything is published.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pipeline.errors import ExportError, MissingExtraError
+from pipeline.relevance.checkpoint import LoadedCheckpoint
+from pipeline.relevance.model import OUTPUT_NAMES
+from pipeline.stages.export import ExportedProgramFile
+from pipeline.stages.golden import GoldenSet, GoldenSplit
+from pipeline.stages.parity import Gate
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass
+class Variant:
+    """One flavour of a target's artifact (e.g. fp32, int8) and the gate it is held to."""
+
+    name: str
+    files: list[Path]
+    gate: Gate
+    size_budget: int  # bytes, for this variant's files
+    primary: bool = False
+    topk_dtype: str = "int64"
+    info: dict = field(default_factory=dict)  # recorded in the manifest (quantisation, delegation...)
+    metrics: dict = field(default_factory=dict)  # extra measured numbers the gate may judge
+    # What parity is measured against: by default the eager float32 outputs of the golden set.
+    # A target may compare with another runtime instead (the browser vs Python onnxruntime).
+    reference: Callable[[GoldenSplit], Arrays] | None = None
+    reference_name: str = "eager PyTorch float32"
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
+
+
+@dataclass
+class Runner:
+    """An artifact loaded in a runtime: `run` maps input arrays to output arrays."""
+
+    run: Callable[[Arrays], Arrays]
+    runtime: str  # e.g. "onnxruntime 1.31.1 (CPUExecutionProvider)"
+    authoritative: bool = True  # False: a reference check, not the real runtime; stays unverified
+    max_batch: int = 8
+    reason: str | None = None  # why it is not authoritative
+    close: Callable[[], None] = lambda: None
+
+
+@dataclass
+class BuildContext:
+    checkpoint: LoadedCheckpoint
+    program: ExportedProgramFile
+    golden: GoldenSet
+    staging: Path  # this target's own staging folder: write artifacts here
+    upstream: dict  # name -> StageResult of targets built earlier in this run
+    log: Callable[[str], None]
+    options: dict = field(default_factory=dict)  # user options, e.g. {"calibration_dir": Path}
+
+    @property
+    def config(self):
+        return self.checkpoint.config
+
+
+class Target:
+    name: str = ""
+    summary: str = ""
+    extra: str | None = None
+    modules: tuple[str, ...] = ()
+    capability: str = "cpu"
+    depends_on: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+    notes: str = ""  # shown in the build table (e.g. "deprecated upstream")
+
+    def missing_modules(self) -> list[str]:
+        return [m for m in self.modules if importlib.util.find_spec(m.split(".")[0]) is None]
+
+    def require(self) -> None:
+        missing = self.missing_modules()
+        if missing:
+            extra = f"pip install -e '.[{self.extra}]'" if self.extra else "pip install the missing packages"
+            raise MissingExtraError(
+                f"target '{self.name}' needs {', '.join(missing)}, which is not installed",
+                f"{extra} (or run scripts/setup.sh)",
+            )
+
+    def check_options(self, options: dict, config) -> None:
+        """Raise InputError for bad user options; runs before any stage of the build."""
+
+    def build(self, ctx: BuildContext) -> list[Variant]:
+        raise NotImplementedError
+
+    def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
+        return []
+
+    def load(self, ctx: BuildContext, variant: Variant) -> Runner:
+        raise NotImplementedError
+
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner | None:
+        """Optional: published variant `variant` (its files listed in `entry`, under `out`) loaded in
+        this target's real runtime, for `invoke predict` and `pipeline.load`. None: no runtime for it
+        in this process. threads: the runtime's intra-op threads (None: its default); a runtime whose
+        pool is process-wide and cannot be resized safely (ExecuTorch's XNNPACK) keeps its own."""
+        return None
+
+    def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:
+        """Optional: `text` as the checkpoint's query, float32 [1, D], through this target's published
+        encoder (files listed in `entry`, under `out`), for `invoke predict --query`. None: no encoder."""
+        return None
+
+    def bench_cases(self, out: Path, entry: dict) -> list:
+        """Optional: `pipeline.frontends.bench.BenchCase`s for `invoke bench`, built from this target's
+        published files in `out` (`entry` is its manifest entry). The harness times every
+        target's cases side by side, interleaved, on the same real inputs."""
+        return []
+
+
+def expect_file(path: Path, what: str) -> Path:
+    if not path.is_file() or path.stat().st_size == 0:
+        raise ExportError(f"{what} was not written ({path.name})", "run with --verbose to see the converter's output")
+    return path
+
+
+@dataclass
+class BenchCase:
+    runtime: str  # what the table shows, e.g. "onnxruntime int8 (1 thread)"
+    run: Callable[[dict], Any]  # inputs {"image", "query"} -> anything
+    threads: int | None  # 1 or None (the runtime's default)
+    # run() returns its own milliseconds, measured where it ran (the page's performance.now()):
+    # a browser call timed from Python would also count the automation round trip.
+    self_timed: bool = False
+    max_batch: int | None = None  # the largest batch the artifact takes (ExecuTorch plans memory for one)
+    # The FP32 case this one is a variant of (its runtime label) and the target's one-line reason
+    # why this variant can be slower than it: the bench prints that reason where it is.
+    compare_to: str | None = None
+    speed_note: str | None = None
+    # False for a case that times a cold start (a page load), or whose run() makes its own untimed
+    # call right before the timed one (the browser: one page round trip for both)
+    warm_call: bool = True
+
+
+def run_split(runner: Runner, split: GoldenSplit) -> dict[str, np.ndarray]:
+    """Run a split through a runner: the first sample alone (dynamic batch), the rest in batches
+    of one photo size (the crops together, each whole photo alone)."""
+    parts: dict[str, list] = {n: [] for n in OUTPUT_NAMES}
+    for start, stop in split.runs(runner.max_batch):
+        out = runner.run(split.inputs(start, stop))
+        for name in OUTPUT_NAMES:
+            parts[name].append(np.asarray(out[name]))
+    return {n: np.concatenate(p) for n, p in parts.items()}

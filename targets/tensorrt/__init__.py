@@ -1,0 +1,3 @@
+"""tensorrt: serialized plans built from the verified ONNX models with TensorRT's own Python API
+(full TensorRT or TensorRT-RTX).
+"""

@@ -1,0 +1,3 @@
+"""web: a self-contained static site running the ONNX models in the browser (onnxruntime-web), checked
+in headless Chromium.
+"""
