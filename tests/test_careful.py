@@ -18,16 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from test_cli_errors import invoke
 from test_build import previous, published  # noqa: F401  (fixtures: a real onnx build, copied per test)
+from test_cli_errors import invoke
 from test_escapes import assert_one_line, part, publish_files, tree
 
 
 def ledger_path(out: Path) -> Path:
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
-    return publish.state_dir(out) / publish.LEDGER
+    return folder_state.state_dir(out) / folder_state.LEDGER
 
 
 def victims(tmp_path: Path) -> tuple[Path, Path]:
@@ -190,19 +189,20 @@ class SwallowedInterrupt:
 def _publish_with_swallowed_interrupt(out: Path, where: str):
     """A publish like a build's, with a Ctrl-C swallowed `where`: while the report is written
     (write_extras), or in the body before publishing starts (between stages)."""
-    from pipeline.publishing import publish
     from test_escapes import entry_for, manifest_for
 
+    from pipeline.publishing import locking, publish, reading
+
     def body():
-        with publish.build_lock(out, log=lambda m: None):
-            publish.recover(out, publish.read_manifest(out), log=lambda m: None)
-            run = publish.new_staging(out)
+        with locking.build_lock(out, log=lambda m: None):
+            publish.recover(out, reading.read_manifest(out), log=lambda m: None)
+            run = locking.new_staging(out)
             (run / "t").mkdir()
             (run / "t" / "a.bin").write_bytes(b"new")
             data = manifest_for({"t": entry_for("t", run / "t")}, note="new")
             if where == "between stages":
                 SwallowedInterrupt()  # made and dropped: __del__ runs here
-                publish.check_interrupted()  # what run_build does at each stage boundary
+                locking.check_interrupted()  # what run_build does at each stage boundary
             extras = (lambda gen: SwallowedInterrupt()) if where == "while writing the report" else None
             publish.publish(out, {"t": run / "t"}, data, write_extras=extras, log=lambda m: None)
         return 0
@@ -213,7 +213,7 @@ def _publish_with_swallowed_interrupt(out: Path, where: str):
 @pytest.mark.parametrize("where", ["while writing the report", "between stages"])
 def test_a_ctrl_c_swallowed_by_a_callback_stops_the_build_before_it_publishes(where, tmp_path, capsys, monkeypatch):
     from pipeline.frontends import cli
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state, locking
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"old"}, note="old")
@@ -225,10 +225,10 @@ def test_a_ctrl_c_swallowed_by_a_callback_stops_the_build_before_it_publishes(wh
     assert code == 130 and err.strip().splitlines()[-1].startswith("interrupted: "), (code, err)
     assert json.loads((out / "manifest.json").read_text())["note"] == "old"
     assert (out / "t" / "a.bin").read_bytes() == b"old"
-    publish.reset_interrupts()
+    locking.reset_interrupts()
     publish_files(out, {"a.bin": b"next"})  # the next build tidies the half-made generation
     assert (out / "t" / "a.bin").read_bytes() == b"next"
-    assert len(os.listdir(publish.state_dir(out) / publish.GENERATIONS)) == 1
+    assert len(os.listdir(folder_state.state_dir(out) / folder_state.GENERATIONS)) == 1
 
 
 def test_a_ctrl_c_swallowed_after_a_task_finished_is_still_exit_130(capsys, monkeypatch):
@@ -250,7 +250,7 @@ def test_a_ctrl_c_swallowed_after_a_task_finished_is_still_exit_130(capsys, monk
 
 @pytest.mark.parametrize("earlier", [b"the previous heatmap", None])
 def test_a_ctrl_c_while_writing_leaves_the_previous_file_or_none(earlier, tmp_path):
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
     path = tmp_path / "heat.png"
     if earlier is not None:
@@ -265,7 +265,7 @@ def test_a_ctrl_c_while_writing_leaves_the_previous_file_or_none(earlier, tmp_pa
         f.write(b"never written")
 
     with pytest.raises(KeyboardInterrupt):
-        publish.write_atomic(path, write)
+        folder_state.write_atomic(path, write)
     if earlier is None:
         assert not path.exists()
     else:
@@ -303,7 +303,6 @@ def test_verify_ends_with_a_verdict_line(tmp_path):
 
 def test_the_build_s_closing_line_names_an_action(tmp_path):
     import targets as table
-
     from pipeline.building.build import StageResult
     from pipeline.frontends.cli import next_step
 
@@ -374,10 +373,10 @@ class SwallowsCtrlCOnnx:
 @pytest.mark.slow
 def test_a_real_build_whose_ctrl_c_was_swallowed_publishes_nothing_and_exits_130(previous, checkpoint_path,
                                                                                    monkeypatch, capsys):
-    import targets as table
-
-    from pipeline.frontends import cli
     from test_build import snapshot, staging_left
+
+    import targets as table
+    from pipeline.frontends import cli
 
     before = snapshot(previous)
     ignored = []
@@ -437,14 +436,15 @@ def test_a_build_log_that_is_not_a_regular_file_never_blocks_the_build(kind, tmp
 
 def publish_noted(out: Path, data: bytes) -> list[str]:
     """publish_files, as a build publishes, returning the notes it logged."""
-    from pipeline.publishing import publish
     from test_escapes import entry_for, manifest_for
 
+    from pipeline.publishing import locking, publish, reading, takeover
+
     notes = []
-    publish.prepare_out_dir(out)
-    with publish.build_lock(out, log=notes.append):
-        publish.recover(out, publish.read_manifest(out), log=notes.append)
-        run = publish.new_staging(out)
+    takeover.prepare_out_dir(out)
+    with locking.build_lock(out, log=notes.append):
+        publish.recover(out, reading.read_manifest(out), log=notes.append)
+        run = locking.new_staging(out)
         (run / "t").mkdir()
         (run / "t" / "a.bin").write_bytes(data)
         publish.publish(out, {"t": run / "t"}, manifest_for({"t": entry_for("t", run / "t")}), log=notes.append)
@@ -483,7 +483,7 @@ RELEASES = ["mv", "mv into a subfolder", "cp -a (copies the link)", "ln -s to th
 
 @pytest.mark.parametrize("how", RELEASES)
 def test_a_renamed_or_copied_output_folder_keeps_its_release_until_no_link_leads_to_it(how, tmp_path):
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
     out = tmp_path / "out"
     publish_noted(out, b"v1")
@@ -505,15 +505,15 @@ def test_a_renamed_or_copied_output_folder_keeps_its_release_until_no_link_leads
     assert (release / "t" / "a.bin").read_bytes() == b"v1"
     # the user deletes the release: the next publish collects its generation, and the ledger forgets it
     os.unlink(release)
-    gens_before = set(os.listdir(publish.state_dir(out) / publish.GENERATIONS))
+    gens_before = set(os.listdir(folder_state.state_dir(out) / folder_state.GENERATIONS))
     notes = publish_noted(out, b"v4")
     assert any("removed kept generation" in n for n in notes), notes
-    assert len(os.listdir(publish.state_dir(out) / publish.GENERATIONS)) == 1 < len(gens_before)
-    assert len(publish.read_ledger(out)["generations"]) == 1
+    assert len(os.listdir(folder_state.state_dir(out) / folder_state.GENERATIONS)) == 1 < len(gens_before)
+    assert len(folder_state.read_ledger(out)["generations"]) == 1
 
 
 def test_two_kept_releases_both_verify_and_clean_keeps_them_and_says_so(tmp_path):
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
     out = tmp_path / "out"
     publish_noted(out, b"v1")
@@ -535,7 +535,7 @@ def test_two_kept_releases_both_verify_and_clean_keeps_them_and_says_so(tmp_path
     os.unlink(v1)  # one link gone: clean collects that one, keeps the other
     code, stdout, _ = invoke("clean", "--out", str(out))
     assert code == 0 and "v2 links to it" in stdout and "v1 links to it" not in stdout, stdout
-    assert len(os.listdir(publish.state_dir(out) / publish.GENERATIONS)) == 1
+    assert len(os.listdir(folder_state.state_dir(out) / folder_state.GENERATIONS)) == 1
     os.unlink(v2)
     code, stdout, _ = invoke("clean", "--out", str(out))
     assert code == 0 and not [line for line in stdout.splitlines() if line.startswith("kept ")], stdout
@@ -610,11 +610,11 @@ def test_a_manifest_path_longer_than_a_file_name_may_be_is_one_line(tmp_path):
 
 
 def test_clean_keeps_user_files_in_the_cache_and_hidden_files_and_names_every_generation(tmp_path):
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"a"})
-    state = publish.state_dir(out)
+    state = folder_state.state_dir(out)
     ours = [state / ".cache" / "export" / ("0123456789abcdef01234567.pt2"), state / ".cache" / "report" / "t.fp32.npz",
             state / ".cache" / "report" / "tmpab_cd123.npz", state / ".cache" / "tensorrt" / "timing.cache",
             out / ".manifest.json.ab12cd34.tmp", out / ".report.html.zz99_x0a", state / ".ledger.json.a1b2c3d4.tmp"]

@@ -107,7 +107,7 @@ def test_manifest_of_the_wrong_shape_is_one_line_for_every_reader(content, why, 
 
 
 def test_verify_reports_files_the_manifest_does_not_list(tmp_path):
-    from pipeline.publishing import publish
+    from pipeline.publishing import locking, publish
 
     files = tmp_path / "staged" / "t"
     files.mkdir(parents=True)
@@ -118,7 +118,7 @@ def test_verify_reports_files_the_manifest_does_not_list(tmp_path):
         {"path": "t/a.bin", "bytes": 1, "sha256": hashlib.sha256(b"a").hexdigest()}]}}}
     out = tmp_path / "out"
     out.mkdir()
-    with publish.build_lock(out):
+    with locking.build_lock(out):
         publish.publish(out, {"t": files}, manifest, log=lambda m: None)
     assert invoke("verify", "--out", str(out))[0] == 0
     (out / "t" / "extra.txt").write_text("not in the manifest")
@@ -176,23 +176,23 @@ def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
     """An immutable generations folder (chattr +i: even root cannot write it): the build fails
     with one line and the published state is unchanged."""
     from pipeline.frontends import cli
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state, locking, publish
 
     staged = tmp_path / "staged" / "t"
     staged.mkdir(parents=True)
     (staged / "a.bin").write_bytes(b"a")
     out = tmp_path / "out"
     out.mkdir()
-    with publish.build_lock(out):
+    with locking.build_lock(out):
         publish.publish(out, {"t": staged}, listing("t", staged), log=lambda m: None)
-    gens = publish.state_dir(out) / publish.GENERATIONS
+    gens = folder_state.state_dir(out) / folder_state.GENERATIONS
     if not _chattr("+i", gens):
         pytest.skip("chattr +i is not available on this filesystem")
     try:
         before = sorted(p.name for p in gens.iterdir())
         staged2 = tmp_path / "staged2" / "t"
         staged2.mkdir(parents=True)
-        with pytest.raises(Exception) as info, publish.build_lock(out):
+        with pytest.raises(Exception) as info, locking.build_lock(out):
             publish.publish(out, {"t": staged2}, {"targets": {"t": {"files": []}}}, log=lambda m: None)
         from pipeline.errors import OutputDirError
 
@@ -208,7 +208,7 @@ def test_published_target_folder_that_cannot_be_removed_does_not_block_publishin
     """A published target folder made immutable: the new generation never modifies it, so the
     build publishes; the old generation it cannot remove is named in a note, not a traceback."""
     from pipeline.frontends import cli
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state, locking, publish
 
     out = tmp_path / "out"
     out.mkdir()
@@ -217,11 +217,11 @@ def test_published_target_folder_that_cannot_be_removed_does_not_block_publishin
         staged.mkdir(parents=True)
         (staged / "a.bin").write_bytes(b"%d" % i)
         notes = []
-        with publish.build_lock(out):
+        with locking.build_lock(out):
             publish.publish(out, {"t": staged}, {**listing("t", staged), "n": i}, log=notes.append)
         if i == 0 and not _chattr("+i", (out / "t").resolve()):
             pytest.skip("chattr +i is not available on this filesystem")
-        old = publish.current_generation(out) if i == 0 else old
+        old = folder_state.current_generation(out) if i == 0 else old
     try:
         assert (out / "t" / "a.bin").read_bytes() == b"1" and json.loads((out / "manifest.json").read_text())["n"] == 1
         assert old.is_dir() and any("could not remove" in n for n in notes)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -26,7 +25,7 @@ def test_non_verbose_executorch_build_prints_no_third_party_noise(tmp_path):
     terminal = proc.stdout + proc.stderr
     assert not NOISE.findall(terminal), terminal
     assert "executorch  fp32     published" in proc.stdout  # the table is still there
-    from pipeline.publishing.publish import state_dir
+    from pipeline.publishing.folder_state import state_dir
 
     log_path = state_dir(tmp_path) / "build.log"  # beside the output folder, in the tool's state (issue 25)
     assert f"third-party messages (warnings, converter output): {log_path}" in proc.stdout

@@ -30,10 +30,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import REPO, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import REPO, run_cli
 from test_cli_errors import invoke, one_line_error
 
 SHA = "0" * 64
@@ -54,12 +53,12 @@ def manifest_for(targets: dict[str, dict], **extra) -> dict:
 
 def publish_files(out: Path, files: dict[str, bytes], name: str = "t", note: str = "") -> dict:
     """Publish target `name` holding `files` into `out` through publish.publish; returns the manifest."""
-    from pipeline.publishing import publish
+    from pipeline.publishing import locking, publish, reading, takeover
 
-    publish.prepare_out_dir(out)
-    with publish.build_lock(out, log=lambda m: None):
-        publish.recover(out, publish.read_manifest(out), log=lambda m: None)
-        run = publish.new_staging(out)
+    takeover.prepare_out_dir(out)
+    with locking.build_lock(out, log=lambda m: None):
+        publish.recover(out, reading.read_manifest(out), log=lambda m: None)
+        run = locking.new_staging(out)
         folder = run / name
         for rel, data in files.items():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -436,7 +435,7 @@ def test_verify_reads_one_generation_while_a_publish_switches(tmp_path, monkeypa
     """A publish lands right after verify read the manifest (the moment the false MISMATCH came
     from): verify still reads one whole generation and passes."""
     from pipeline.frontends import cli
-    from pipeline.publishing import publish
+    from pipeline.publishing import reading
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"old bytes"})
@@ -454,7 +453,7 @@ def test_verify_reads_one_generation_while_a_publish_switches(tmp_path, monkeypa
                 publish_files(out, {"a.bin": b"new bytes, other size"})
             return data
 
-    monkeypatch.setattr(publish, "json", Hook())
+    monkeypatch.setattr(reading, "json", Hook())
     with contextlib.redirect_stdout(io.StringIO()) as said:
         assert cli.verify(str(out)) == 0, said.getvalue()
     assert fired and "MISMATCH" not in said.getvalue()
@@ -529,7 +528,7 @@ def _free_port() -> int:
 def test_keyboard_interrupt_inside_any_task_body_is_130_and_one_line(task, tmp_path, monkeypatch, capsys):
     """The same promise where the interrupt lands deep inside a task (made deterministic)."""
     from pipeline.frontends import cli
-    from pipeline.publishing import publish
+    from pipeline.publishing import cleaning, locking, reading, takeover
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"a"})
@@ -539,9 +538,10 @@ def test_keyboard_interrupt_inside_any_task_body_is_130_and_one_line(task, tmp_p
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(publish, "read_manifest", boom)
-    monkeypatch.setattr(publish, "build_lock", boom)
-    monkeypatch.setattr(publish, "prepare_out_dir", boom)
+    monkeypatch.setattr(reading, "read_manifest", boom)
+    monkeypatch.setattr(locking, "build_lock", boom)
+    monkeypatch.setattr(cleaning, "build_lock", boom)  # clean takes the lock by its own name
+    monkeypatch.setattr(takeover, "prepare_out_dir", boom)
     import pipeline.training.train
 
     monkeypatch.setattr(pipeline.training.train, "main", boom)
@@ -624,7 +624,7 @@ def test_an_output_folder_of_the_previous_layout_moves_across_and_keeps_what_it_
     current generation, caches and bench.json across, OUT becomes the link, and a file of yours
     in the old folder is kept and named; the old layout's own links, lock and log are removed."""
     from pipeline.frontends import cli
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state, locking, publish, reading, takeover
 
     out = tmp_path / "out"
     gen = out / ".generations" / "20250101-000000-1-abcdef"
@@ -642,11 +642,11 @@ def test_an_output_folder_of_the_previous_layout_moves_across_and_keeps_what_it_
     (out / "mine.txt").write_text("a file of yours")
     assert cli.verify(str(out)) == 0  # verify reads the previous layout's current generation
     notes = []
-    publish.prepare_out_dir(out)
-    with publish.build_lock(out, log=notes.append):
-        publish.recover(out, publish.read_manifest(out), log=notes.append)
+    takeover.prepare_out_dir(out)
+    with locking.build_lock(out, log=notes.append):
+        publish.recover(out, reading.read_manifest(out), log=notes.append)
     assert out.is_symlink() and (out / "t" / "a.bin").read_bytes() == b"old" and (out / "bench.json").exists()
-    assert (publish.state_dir(out) / ".cache" / "export" / "k.pt2").read_bytes() == b"program"
+    assert (folder_state.state_dir(out) / ".cache" / "export" / "k.pt2").read_bytes() == b"program"
     kept = [p for p in tmp_path.rglob("mine.txt")]
     assert len(kept) == 1 and kept[0].read_text() == "a file of yours" and any(str(kept[0].parent) in n for n in notes)
     publish_files(out, {"a.bin": b"new"})

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from test_escapes import assert_one_line, publish_files, tree
 
 
@@ -59,9 +58,9 @@ def cli_call(fn, *args) -> tuple[int, str]:
 
 
 def generation(out: Path) -> Path:
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
-    return publish.current_generation(out)
+    return folder_state.current_generation(out)
 
 
 # ------------------------------------------------------------------ predict (finding 6)
@@ -69,7 +68,7 @@ def generation(out: Path) -> Path:
 
 def _aliases(how: str, out: Path, tmp_path: Path, stack: contextlib.ExitStack, suffix: str = ".json") -> str:
     """A spelling of a file inside OUT's publish or state that no path comparison sees."""
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state
 
     if how == "bind-generation":
         return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "manifest.json")
@@ -77,7 +76,7 @@ def _aliases(how: str, out: Path, tmp_path: Path, stack: contextlib.ExitStack, s
         mnt = stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt"))
         return f"{tmp_path}//mnt/t/.././/manifest.json"
     if how == "bind-state":
-        return str(stack.enter_context(bind_mounted(publish.state_dir(out), tmp_path / "mnt")) / "ledger.json")
+        return str(stack.enter_context(bind_mounted(folder_state.state_dir(out), tmp_path / "mnt")) / "ledger.json")
     if how == "bind-target-folder":
         return str(stack.enter_context(bind_mounted(generation(out) / "t", tmp_path / "mnt")) / "model.bin")
     if how == "hard-link":
@@ -167,9 +166,9 @@ def _train_out(how: str, start: Path, tmp_path: Path, stack: contextlib.ExitStac
     if how == "published-generation-bind-mounted":
         return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "manifest.json")
     if how == "state":
-        from pipeline.publishing import publish
+        from pipeline.publishing import folder_state
 
-        return str(stack.enter_context(bind_mounted(publish.state_dir(out), tmp_path / "mnt")) / "ledger.json")
+        return str(stack.enter_context(bind_mounted(folder_state.state_dir(out), tmp_path / "mnt")) / "ledger.json")
     raise AssertionError(how)
 
 
@@ -302,6 +301,10 @@ def test_an_early_ctrl_c_is_exit_130_and_one_line(task, since, delay, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     lines = [line for line in err.splitlines() if line.strip()]
+    if proc.returncode == -signal.SIGINT and len(lines) == 1 and not lines[0].startswith("interrupted: "):
+        # its task had ended (its own one line) and Python was exiting: a Ctrl-C then is CPython's
+        # (docs/cli.md), not an early one; a fast host gets here with predict's refusal of `out`
+        pytest.skip(f"{task} had finished ({lines[0][:50]}...) when the signal came after {delay} s")
     assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (proc.returncode, err)
     assert "Traceback" not in err and " -> fix: " in lines[0]
     assert not (tmp_path / "b").exists()

@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from conftest import run_cli
 from one_line import one_line
+from PIL import Image
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +171,7 @@ def test_predict_never_writes_over_an_input_or_into_an_output_folder(case, out, 
 
     from test_escapes import tree
 
-    from pipeline.publishing.publish import state_dir
+    from pipeline.publishing.folder_state import state_dir
 
     np.save(tmp_path / "q.npy", np.ones(384, np.float32) / 20)
     option, _, where = case.partition(" = ")
@@ -275,7 +274,6 @@ def test_non_finite_outputs_are_refused():
                                             ("tensorrt", "is not published in"), ("ptl:int8", "not a verified variant")])
 def test_a_runtime_that_cannot_run_here_is_named_truly_with_the_user_s_folder(requested, want, tmp_path):
     import targets as table
-
     from pipeline.errors import InputError
     from pipeline.frontends.predict import choose_runtime
 

@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, run_cli
 from test_build import generations, previous, published, snapshot, staging_left  # noqa: F401
 
@@ -29,8 +28,8 @@ from pathlib import Path
 from pipeline.publishing import publish
 
 out = Path(sys.argv[1])
-new = publish.read_manifest(out)
-run = publish.new_staging(out)
+new = reading.read_manifest(out)
+run = locking.new_staging(out)
 staged = {}
 for name in ("onnx", "second"):
     folder = run / name
@@ -42,7 +41,7 @@ for name in ("onnx", "second"):
         {"path": f"{name}/{p.relative_to(folder).as_posix()}", "bytes": p.stat().st_size,
          "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files]}
 new["publish_test"] = "new"
-with publish.build_lock(out):
+with locking.build_lock(out):
     publish.publish(out, staged, new, write_extras=lambda gen: (gen / "report.html").write_text("new report\n"))
 """
 
@@ -121,11 +120,11 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
     shutil.copytree(published, out)
     assert not out.is_symlink()
     before = snapshot(out)
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state, locking, publish, reading
 
-    with publish.build_lock(out):
-        publish.recover(out, publish.read_manifest(out), log=lambda m: None)
-    assert out.is_symlink() and publish.is_output_folder(out)
+    with locking.build_lock(out):
+        publish.recover(out, reading.read_manifest(out), log=lambda m: None)
+    assert out.is_symlink() and folder_state.is_output_folder(out)
     assert snapshot(out) == before
     assert_consistent(out)
 
@@ -133,10 +132,10 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
 def test_a_renamed_output_folder_keeps_its_release_through_a_real_build(previous):
     """Issue 35, finding 1, as reported: `mv OUT OUT-v1`, then `invoke build --out OUT`. The
     release stays whole, the build says so once, and `invoke verify --out OUT-v1` passes there."""
-    from pipeline.publishing import publish
+    from pipeline.publishing import locking, publish, reading
 
-    with publish.build_lock(previous):
-        publish.recover(previous, publish.read_manifest(previous), log=lambda m: None)  # OUT is the link now
+    with locking.build_lock(previous):
+        publish.recover(previous, reading.read_manifest(previous), log=lambda m: None)  # OUT is the link now
     release = previous.rename(previous.parent / "out-v1")
     before = snapshot(release)
     proc = run_cli("build", "--target", "onnx", "--out", str(previous))

@@ -11,16 +11,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from pipeline.publishing import manifest as manifest_mod
-from pipeline.publishing import publish
-from pipeline.relevance.checkpoint import load_checkpoint
 from pipeline.errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
+from pipeline.publishing import folder_state, locking, publish, reading, takeover
+from pipeline.publishing import manifest as manifest_mod
+from pipeline.relevance.checkpoint import load_checkpoint
 from pipeline.stages.export import export_cached
 from pipeline.stages.golden import build_golden_set, write_bundle
 from pipeline.stages.parity import parity_metrics
-from pipeline.stages.target import BuildContext, Target, Variant
-from pipeline.stages.target import run_split
+from pipeline.stages.target import BuildContext, Target, Variant, run_split
 
 
 @dataclass
@@ -147,29 +145,29 @@ def run_build(
 ) -> BuildResult:
     """Build, verify, gate and publish. strict: a missing extra is an error, not a skip.
 
-    SIGINT and SIGTERM go through publish.record_interrupt, so an interrupt whose exception a
+    SIGINT and SIGTERM go through locking.record_interrupt, so an interrupt whose exception a
     library swallowed still stops the build at the next stage boundary, and always before the
-    switch (publish.check_interrupted)."""
+    switch (locking.check_interrupted)."""
     from pipeline.publishing.outputs_guard import check_out_folder
 
     started = time.monotonic()
     options = options or {}
     check_out_folder(out, build_inputs(checkpoint, options))
-    publish.prepare_out_dir(out)
-    handlers = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    takeover.prepare_out_dir(out)
+    handlers = {s: signal.signal(s, locking.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     published_before = None
     try:
-        with publish.build_lock(out, log):
-            publish.recover(out, publish.read_manifest(out), log)  # what a killed build left behind
-            published_before = publish.generation_id(out)
+        with locking.build_lock(out, log):
+            publish.recover(out, reading.read_manifest(out), log)  # what a killed build left behind
+            published_before = folder_state.generation_id(out)
             order = plan(targets, registry)
             result = _build_locked(order, checkpoint, out, log, strict, started, options or {},
                                    requested={t.name for t in targets})
-        publish.check_interrupted()  # one lost while the lock was released: the build did not finish quietly
+        locking.check_interrupted()  # one lost while the lock was released: the build did not finish quietly
         return result
     except KeyboardInterrupt as exc:
         error = _interrupted(out, published_before, str(exc) or "SIGINT")
-        publish.reset_interrupts()  # reported by this error: a later build in this process starts clean
+        locking.reset_interrupts()  # reported by this error: a later build in this process starts clean
         raise error from exc
     finally:
         for sig, handler in handlers.items():
@@ -180,7 +178,7 @@ def _interrupted(out: Path, published_before: str | None, why: str) -> BuildInte
     """The interrupt's one line, true to what happened: the publish switched already (a signal held
     during the switch arrives right after it) or nothing was published."""
     try:
-        now = publish.generation_id(out)
+        now = folder_state.generation_id(out)
     except ArrcocError:
         now = published_before
     if now is not None and now != published_before:
@@ -202,29 +200,29 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
     if ckpt.ignored_keys:
         log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
-    publish.check_interrupted()
-    program = export_cached(ckpt, publish.cache_root(out) / "export")
+    locking.check_interrupted()
+    program = export_cached(ckpt, folder_state.cache_root(out) / "export")
     log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
     golden = build_golden_set(ckpt.model, ckpt.config)
-    run_dir = publish.new_staging(out)
+    run_dir = locking.new_staging(out)
     stages: dict[str, StageResult] = {}
     try:
         for target in order:
-            publish.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
+            locking.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
             stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
-        publish.check_interrupted()
+        locking.check_interrupted()
         chosen = to_publish(requested, stages)
         for name, stage in stages.items():
             if stage.publishable and name not in chosen:
                 stage.status, stage.reason = "not published", "passed, but built only for targets that failed"
         if chosen:
-            previous = publish.read_manifest(out)
+            previous = reading.read_manifest(out)
             kept = [s for s in stages.values() if s.target.name in chosen or s.status in ("failed", "skipped")]
-            data = manifest_mod.merge(previous, ckpt, program, golden, kept, publish.state_dir(out))
+            data = manifest_mod.merge(previous, ckpt, program, golden, kept, folder_state.state_dir(out))
             publish.publish(out, {n: stages[n].staging for n in chosen}, data,
                             write_extras=lambda gen: _write_report(out, gen, kept, ckpt, golden, log), log=log)
     finally:
-        publish.remove_tree(run_dir)
+        locking.remove_tree(run_dir)
     return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started)
 
 

@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.publishing import manifest as manifest_mod
-from pipeline.publishing import publish
-from pipeline.relevance.checkpoint import sha256_file
 from pipeline.errors import BuildInterrupted, InputError, MergeError
+from pipeline.publishing import folder_state, locking, publish, reading, takeover
+from pipeline.publishing import manifest as manifest_mod
+from pipeline.relevance.checkpoint import sha256_file
 
 KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best first
 
@@ -85,8 +85,8 @@ class Part:
 def read_parts(paths: list[Path]) -> list[Part]:
     parts = []
     for path in paths:
-        base = publish.pinned(path)  # one generation, however often the part is republished meanwhile
-        data = publish.read_manifest(base)
+        base = folder_state.pinned(path)  # one generation, however often the part is republished meanwhile
+        data = reading.read_manifest(base)
         if not data.get("targets"):
             raise InputError(f"{path} holds no published manifest",
                              "pass folders written by `invoke build` (their manifest.json lists targets)")
@@ -116,23 +116,23 @@ def check_part(data: dict, path: Path) -> None:
         typed(data.get(key, {}), dict, key)
     program = typed(data.get("exported_program", {}), dict, "exported_program")
     if "path" in program:
-        publish.safe_relative(typed(program["path"], str, "exported_program.path"), "exported_program.path", MergeError)
+        reading.safe_relative(typed(program["path"], str, "exported_program.path"), "exported_program.path", MergeError)
         typed(program.get("sha256"), str, "exported_program.sha256")
     for name, entry in data["targets"].items():
         typed(entry.get("status"), str, f"targets.{name}.status")
         prov = typed(entry.get("provenance", {}), dict, f"targets.{name}.provenance")
         typed(prov.get("upstream", {}), dict, f"targets.{name}.provenance.upstream")
         for variant in typed(entry.get("variants", {}), dict, f"targets.{name}.variants"):
-            if not publish.NAME.fullmatch(variant):
+            if not folder_state.NAME.fullmatch(variant):
                 bad(f"variant {variant[:40]!r} of {name} is not a plain name")
         for f in entry.get("files", []):
-            publish.safe_relative(f["path"], f"targets.{name}.files", MergeError)
+            reading.safe_relative(f["path"], f"targets.{name}.files", MergeError)
 
 
 def check_out_apart(out: Path, parts: list[Path]) -> None:
     """--out may not be a part, lie inside one, or hold one: merging would write into what it reads."""
-    mine = {Path(os.path.realpath(p)) for p in (out, publish.state_dir(out)) if os.path.lexists(p)}
-    mine |= {out, publish.state_dir(out)}
+    mine = {Path(os.path.realpath(p)) for p in (out, folder_state.state_dir(out)) if os.path.lexists(p)}
+    mine |= {out, folder_state.state_dir(out)}
     for part in parts:
         theirs = {part, Path(os.path.realpath(part))}
         for a in mine:
@@ -267,9 +267,9 @@ def copy_checked(base: Path, rel: str, dest: Path, size: int | None, sha256: str
     before a byte is copied, its sha256 while copying; a file that differs is removed again and
     refused."""
     try:
-        fd, actual = publish.open_regular(base, rel)
+        fd, actual = reading.open_regular(base, rel)
     except OSError as exc:
-        why = publish.why_not_regular(exc)
+        why = folder_state.why_not_regular(exc)
         raise MergeError(f"{base / rel} is listed in {label}'s manifest but is {why}",
                          f"run `invoke verify --out {label}` and rebuild that part") from exc
     with os.fdopen(fd, "rb") as src:
@@ -316,8 +316,8 @@ def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[s
 
     program = parts[0].manifest.get("exported_program") or {}
     rel = program.get("path")
-    dest = publish.cache_root(out).parent / rel if rel else None
-    if rel and rel.startswith(publish.CACHE + "/") and not dest.exists():
+    dest = folder_state.cache_root(out).parent / rel if rel else None
+    if rel and rel.startswith(folder_state.CACHE + "/") and not dest.exists():
         try:
             copy_checked(parts[0].path, rel, dest, None, program.get("sha256"), parts[0].label, MAX_PROGRAM_BYTES)
         except PartTooLarge:
@@ -329,7 +329,7 @@ def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[s
         for variant in entry.get("variants", {}):
             src = outputs_dir(part.path) / f"{name}.{variant}.npz"
             try:
-                fd, _ = publish.open_regular(part.path, src.relative_to(part.path).as_posix())
+                fd, _ = reading.open_regular(part.path, src.relative_to(part.path).as_posix())
             except OSError:
                 missing.append(f"{name} {variant} ({part.label})")
                 continue
@@ -404,22 +404,22 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
                          "rebuild the parts with `invoke build`; merge only folders it wrote") from exc
     candidates = [checkpoint] if checkpoint else [Path(str(data["checkpoint"].get("path"))), default_checkpoint]
     heldout = heldout_for(data, [p for p in candidates if p], checkpoint is not None, log)
-    publish.prepare_out_dir(out)
-    previous = signal.signal(signal.SIGTERM, publish.record_interrupt)  # recorded: a swallowed one still counts
+    takeover.prepare_out_dir(out)
+    previous = signal.signal(signal.SIGTERM, locking.record_interrupt)  # recorded: a swallowed one still counts
     try:
-        with publish.build_lock(out, log):
-            publish.recover(out, publish.read_manifest(out), log)
-            run_dir = publish.new_staging(out)
+        with locking.build_lock(out, log):
+            publish.recover(out, reading.read_manifest(out), log)
+            run_dir = locking.new_staging(out)
             try:
                 staged = stage(chosen, run_dir)
                 missing = copy_caches(parts, chosen, out, log)
                 if missing:
                     data["merge"]["missing_outputs"] = missing
-                publish.check_interrupted()  # one a library swallowed: never publish after a Ctrl-C
+                locking.check_interrupted()  # one a library swallowed: never publish after a Ctrl-C
                 publish.publish(out, staged, data, write_extras=lambda gen: _write_report(out, gen, heldout, log),
                                 log=log)
             finally:
-                publish.remove_tree(run_dir)
+                locking.remove_tree(run_dir)
     except KeyboardInterrupt as exc:
         raise BuildInterrupted(f"merge interrupted ({exc or 'SIGINT'}); nothing was published",
                                "the previously published folder is intact: run the merge again") from exc

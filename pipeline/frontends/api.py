@@ -20,10 +20,11 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from pipeline.errors import ArrcocError, InputError
+
 # pipeline.frontends.api is imported on the first use of build or load, never by `import pipeline`: these
 # module imports (torch among them) cost nothing on each call, where an import statement would
 from pipeline.frontends import predict as pr
-from pipeline.errors import ArrcocError, InputError
 from pipeline.stages.golden import check_photo_size, decode_image, load_photo
 
 TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
@@ -62,7 +63,7 @@ def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint
     options = {"calibration_dir": calibration, "grid": grid, "top_k": top_k, "base_model": base_model}
     raw, root = build_stages(targets, checkpoint, out, {k: v for k, v in options.items() if v is not None},
                              verbose, show=progress)
-    from pipeline.publishing.publish import read_manifest
+    from pipeline.publishing.reading import read_manifest
 
     return BuildResult(raw.ok, root, {s.target.name: _target_result(s) for s in raw.stages}, read_manifest(root),
                        raw.seconds, raw.exported_cache_hit)
@@ -77,13 +78,12 @@ def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: b
     them), then the build with third-party output in OUT's build.log. `invoke build` prints its
     table from this; build() turns it into the typed BuildResult."""
     import targets as target_table
-
-    from pipeline.frontends import options as opts
     from pipeline.building.build import build_inputs, run_build
-    from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
-    from pipeline.publishing.outputs_guard import check_out_folder
+    from pipeline.frontends import options as opts
     from pipeline.frontends.console import build_console
-    from pipeline.publishing.publish import state_dir
+    from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
+    from pipeline.publishing.folder_state import state_dir
+    from pipeline.publishing.outputs_guard import check_out_folder
 
     names = opts.target_names(None if targets is None else str(targets))
     requested = target_table.resolve(names)
@@ -165,8 +165,8 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     checked against the manifest's sha256 first. threads: the runtime's intra-op threads (None:
     its default; ExecuTorch's process-wide pool keeps its own)."""
     import targets as target_table
-
-    from pipeline.publishing.publish import output_path, pinned, read_manifest
+    from pipeline.publishing.folder_state import output_path, pinned
+    from pipeline.publishing.reading import read_manifest
 
     if runtime is not None and not isinstance(runtime, str):
         raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")

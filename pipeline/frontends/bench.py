@@ -260,9 +260,11 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               photos: int = 0) -> dict:
     """photos: how many photos the folder run takes (folder_throughput); 0 skips it (`invoke bench`
     asks for FOLDER_PHOTOS unless --photos says otherwise)."""
+    from pipeline.publishing.folder_state import pinned, write_json_atomic
+    from pipeline.publishing.locking import build_lock
+    from pipeline.publishing.reading import check_published, read_manifest
     from pipeline.relevance.checkpoint import load_checkpoint
     from pipeline.stages.golden import build_golden_set
-    from pipeline.publishing.publish import build_lock, check_published, pinned, read_manifest, write_json_atomic
 
     base = pinned(out)  # one generation: a build publishing meanwhile changes nothing benched here
     manifest = read_manifest(base)

@@ -6,10 +6,10 @@ import sys
 import traceback
 from pathlib import Path
 
-from pipeline.frontends import options as opts
-from pipeline.stages.parity import size_cells
 from pipeline.errors import ArrcocError
+from pipeline.frontends import options as opts
 from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
+from pipeline.stages.parity import size_cells
 
 
 def parity_cell(report) -> str:
@@ -58,18 +58,18 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
     (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose.
     Ctrl-C (or SIGTERM) at any moment of any task is exit 130 and one line: Invoke would answer a
     KeyboardInterrupt that reaches it with exit 1 and no message. The signal is recorded as well
-    as raised (publish.record_interrupt), so one whose exception a library swallowed (a weakref
+    as raised (locking.record_interrupt), so one whose exception a library swallowed (a weakref
     callback, a __del__) is still exit 130."""
     import signal
 
-    from pipeline.publishing import publish
+    from pipeline.publishing import locking
 
-    publish.reset_interrupts()
-    previous = {s: signal.signal(s, publish.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    locking.reset_interrupts()
+    previous = {s: signal.signal(s, locking.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         _announce_ready()
         code = task() or 0
-        publish.check_interrupted()  # one lost after the task's last check still ends as an interrupt
+        locking.check_interrupted()  # one lost after the task's last check still ends as an interrupt
         return code
     except ArrcocError as exc:
         if verbose:
@@ -101,7 +101,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        publish.reset_interrupts()  # the record belongs to this task only
+        locking.reset_interrupts()  # the record belongs to this task only
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -142,7 +142,7 @@ def _build(targets, checkpoint, out, verbose, options) -> int:
     """The build is pipeline.frontends.api's (pipeline.build() runs the same function); this prints its table."""
     from pipeline.frontends.api import build_stages
     from pipeline.frontends.console import LOG_NAME
-    from pipeline.publishing.publish import state_dir
+    from pipeline.publishing.folder_state import state_dir
 
     result, root = build_stages(targets, checkpoint, out, options, verbose)
     if not verbose:
@@ -169,7 +169,7 @@ def next_step(stage, root: Path, verbose: bool) -> str:
     one (`kind: problem -> fix: action`), else how to see why (the gate's numbers, a converter's
     traceback and its third-party output)."""
     from pipeline.frontends.console import LOG_NAME
-    from pipeline.publishing.publish import state_dir
+    from pipeline.publishing.folder_state import state_dir
 
     reason = stage.reason or ""
     if " -> fix: " in reason:
@@ -190,20 +190,20 @@ def _verify(root: Path) -> int:
     Fails (exit 3) on a listed file that differs and on anything in a published folder the
     manifest does not list; a plain file at the top level that the tool did not write is named
     as EXTRA and does not fail (it is in no target folder, so nothing copies it with one)."""
-    from pipeline.publishing import publish
     from pipeline.errors import InputError
+    from pipeline.publishing import folder_state, reading
 
     for _ in range(5):
-        before = publish.generation_id(root)
-        base = publish.pinned(root)
-        manifest = publish.read_manifest(base)
+        before = folder_state.generation_id(root)
+        base = folder_state.pinned(root)
+        manifest = reading.read_manifest(base)
         if not manifest:
             raise InputError(f"no manifest in {root}", "run `invoke build` first")
         if not manifest.get("targets"):  # an emptied or replaced manifest vouches for nothing
             raise InputError(f"the manifest in {root} lists no targets (it was emptied or replaced)",
                              f"rebuild with `invoke build --out {root}` (or restore its manifest.json)")
         lines, bad, extra = check_published(base, manifest)
-        if not bad or publish.generation_id(root) == before:
+        if not bad or folder_state.generation_id(root) == before:
             break
     print("\n".join(lines))
     files = sum(len(e.get("files", [])) for e in manifest["targets"].values())
@@ -222,13 +222,13 @@ def _verify(root: Path) -> int:
 def check_published(base: Path, manifest: dict) -> tuple[list[str], int, int]:
     """(lines to print, number of findings that fail, number of EXTRA files) for the publish in
     folder `base`: each listed file checked, then every entry the tool did not publish named."""
-    from pipeline.publishing import publish
+    from pipeline.publishing import reading
 
     lines, bad = [], 0
     for name, entry in manifest.get("targets", {}).items():
         listed = {f["path"] for f in entry.get("files", [])}
         for f in entry.get("files", []):
-            why = publish.check_file(base, f)
+            why = reading.check_file(base, f)
             if why:
                 lines.append(f"MISMATCH {f['path']} ({why})")
                 bad += 1
@@ -248,17 +248,17 @@ def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:
     files the tool writes there, never following a link: ("UNLISTED", "name/ (...)") for a folder
     the manifest does not list, ("LINK", ...) and ("UNLISTED", "name (a FIFO ...)") for a link or
     a special file, which fail; ("EXTRA", name) for a plain file, which does not."""
-    from pipeline.publishing import publish
+    from pipeline.publishing import folder_state, publish
 
     found = []
     for name in _names(base):
         if name in manifest.get("targets", {}):
             continue
         kind = _entry_kind(base / name)
-        if name == publish.CACHE and kind == "folder":
+        if name == folder_state.CACHE and kind == "folder":
             found += _in_cache(base, name, set(publish._cache_files(manifest)))
         elif kind == "file":
-            if name not in publish.WRITTEN_BESIDE:
+            if name not in folder_state.WRITTEN_BESIDE:
                 found.append(("EXTRA", name))
         elif kind == "folder":
             count = len(_plain_files(base, name))
@@ -384,16 +384,16 @@ def clean(out: str | None, verbose: bool = False) -> int:
 
 
 def _clean(root: Path) -> int:
-    from pipeline.publishing import publish
+    from pipeline.publishing import cleaning, folder_state
 
-    state = publish.state_dir(root)
-    # lexists, not is_file: a ledger that is a FIFO or a link is the state's, refused by publish.clean
-    if not os.path.lexists(state / publish.LEDGER) and publish._old_layout_generation(root) is None:
+    state = folder_state.state_dir(root)
+    # lexists, not is_file: a ledger that is a FIFO or a link is the state's, refused by cleaning.clean
+    if not os.path.lexists(state / folder_state.LEDGER) and folder_state._old_layout_generation(root) is None:
         print(f"nothing to clean: {root} is not an output folder of arrcoc-edge (no {state.name}/"
-              f"{publish.LEDGER}); nothing was removed")
+              f"{folder_state.LEDGER}); nothing was removed")
         return 0
     try:
-        kept = publish.clean(root, lambda m: print(m, flush=True))
+        kept = cleaning.clean(root, lambda m: print(m, flush=True))
     except OSError as exc:
         from pipeline.errors import OutputDirError
 
@@ -416,7 +416,6 @@ def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
 
 def _bench(root: Path, runs: int, photos: int) -> int:
     import targets as target_table
-
     from pipeline.frontends.bench import format_rows, run_bench
 
     result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True), photos=photos)
@@ -441,9 +440,9 @@ def predict(image, query, query_embedding, out, runtime, json_path, heatmap, ver
 def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
     """Every option is checked before the model runs: a bad output path found after it would
     throw the answer away (and a path over an input would destroy the input)."""
+    from pipeline.errors import InputError
     from pipeline.frontends import batch
     from pipeline.frontends import predict as pr
-    from pipeline.errors import InputError
 
     images, queries = _listed(image), _listed(query)
     if not images:
@@ -481,9 +480,10 @@ def _listed(value) -> list:
 
 
 def _model(root: Path, runtime, verbose: bool):
-    from pipeline.frontends.api import load
     from pipeline.errors import InputError
-    from pipeline.publishing.publish import pinned, read_manifest
+    from pipeline.frontends.api import load
+    from pipeline.publishing.folder_state import pinned
+    from pipeline.publishing.reading import read_manifest
 
     if not read_manifest(pinned(root)).get("targets"):
         raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
@@ -522,7 +522,8 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
-        from pipeline.training.train import DEFAULT_OUT as TRAINED, check_out, main
+        from pipeline.training.train import DEFAULT_OUT as TRAINED
+        from pipeline.training.train import check_out, main
 
         check_out(path or TRAINED, roots=(DEFAULT_OUT,))  # before minutes of training, not after
         return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
@@ -539,9 +540,8 @@ def app_tokenize(app, tokenizer, text_file, max_length, verbose: bool = False) -
 def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
     import json
 
-    from targets import app_tokenize as at
-
     from pipeline.errors import InputError
+    from targets import app_tokenize as at
 
     if app not in at.APPS:
         raise InputError(f"--app {app!r} is not android or ios", "pass --app android or --app ios")

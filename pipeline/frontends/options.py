@@ -65,8 +65,8 @@ def _not_empty(name: str, value) -> str:
 
 def out_folder(value: str | None, default: Path, name: str = "out") -> Path:
     """An output folder named on the command line, resolved once, here: absolute, links in its
-    parents followed (pipeline.publishing.publish.output_path). Everything after uses only this path."""
-    from pipeline.publishing.publish import output_path
+    parents followed (pipeline.publishing.folder_state.output_path). Everything after uses only this path."""
+    from pipeline.publishing.folder_state import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value))
 
@@ -79,7 +79,7 @@ def in_folder(value: str | None, default: Path, name: str = "out") -> Path:
 def release_folder(value: str | None, default: Path, name: str = "out") -> Path:
     """A folder verify reads: like in_folder, and a kept release (a renamed or copied output
     folder's link to its generation) is read where it lives."""
-    from pipeline.publishing.publish import output_path
+    from pipeline.publishing.folder_state import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value), release_ok=True)
 
@@ -110,7 +110,7 @@ def part_folders(text: str | None) -> list[Path]:
     if not names:
         raise InputError(f"no folder named in --parts {_shown(text or '')}",
                          "name the published folders to merge, comma-separated (e.g. --parts linux,macos)")
-    from pipeline.publishing.publish import output_path
+    from pipeline.publishing.folder_state import output_path
 
     folders = [output_path(str(existing_folder("parts", n))) for n in names]
     resolved = [f.resolve() for f in folders]

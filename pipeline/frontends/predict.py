@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.publishing.reading import check_variant_files
 from pipeline.relevance.model import WAYS_OF_KNOWING
 from pipeline.stages.target import Target
-from pipeline.publishing.publish import check_variant_files
 
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
 # (onnxruntime FP32 fastest; see the README's benchmark table).
@@ -106,7 +106,7 @@ def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) ->
 
 def _bench_order(out: Path, names: dict) -> list[str]:
     """Runtime names by their batch-1 median in OUT/bench.json (this host's own measurement)."""
-    from pipeline.publishing.publish import read_state_json
+    from pipeline.publishing.folder_state import read_state_json
 
     try:  # a regular file of bounded size only: a FIFO or a link to /dev/zero here is no measurement
         data = read_state_json(out / "bench.json", 16 * 1024 * 1024, lambda path, why: ValueError(why))
@@ -378,7 +378,7 @@ def save_whole(path: Path, write) -> None:
     """publish.write_atomic with the one-line error: an error or a Ctrl-C while saving leaves the
     previous file, or none."""
     from pipeline.errors import OutputDirError
-    from pipeline.publishing.publish import write_atomic
+    from pipeline.publishing.folder_state import write_atomic
 
     try:
         write_atomic(path, write)

@@ -205,7 +205,7 @@ def check_shape(data, path: Path) -> None:
     an object; `targets` an object of plain names; each entry's files a list of
     {path inside that target's folder, bytes, sha256}."""
     from pipeline.errors import OutputDirError
-    from pipeline.publishing.publish import NAME
+    from pipeline.publishing.folder_state import NAME
 
     def bad(why: str):
         raise OutputDirError(f"{path} is not an arrcoc-edge manifest ({why})",

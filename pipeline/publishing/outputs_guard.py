@@ -18,7 +18,7 @@ import re
 import stat
 from pathlib import Path
 
-from pipeline.publishing import publish
+from pipeline.publishing import folder_state, takeover
 
 # Entries of one output folder's state compared by identity. A state holds a few hundred files per
 # generation (the web target's are the most); past this many the walk stops (the markers still hold).
@@ -95,7 +95,7 @@ def known_identities(roots: list[Path]) -> dict[tuple[int, int], Path]:
     folder, what its link names, and everything in its state (links not followed)."""
     known = {}
     for root in roots:
-        state = publish.state_dir(root)
+        state = folder_state.state_dir(root)
         for path in (root, state):
             if identity(path) is not None:
                 known.setdefault(identity(path), root)
@@ -119,13 +119,13 @@ def marked(folder: Path) -> Path | None:
     lock or generations), or a published folder (holding this tool's manifest: a generation,
     however mounted, or a copy)."""
     name = folder.name
-    if name.startswith(".") and name.endswith(publish.STATE_SUFFIX) and len(name) > len(publish.STATE_SUFFIX) + 1:
-        return folder.parent / name[1:-len(publish.STATE_SUFFIX)]
-    if _regular(publish.state_dir(folder) / publish.LEDGER):
+    if name.startswith(".") and name.endswith(folder_state.STATE_SUFFIX) and len(name) > len(folder_state.STATE_SUFFIX) + 1:
+        return folder.parent / name[1:-len(folder_state.STATE_SUFFIX)]
+    if _regular(folder_state.state_dir(folder) / folder_state.LEDGER):
         return folder
-    if _regular(folder / publish.LEDGER) and any(os.path.lexists(folder / n) for n in (publish.LOCK, publish.GENERATIONS)):
+    if _regular(folder / folder_state.LEDGER) and any(os.path.lexists(folder / n) for n in (folder_state.LOCK, folder_state.GENERATIONS)):
         return folder  # a state folder (a user's own ledger.json alone is not one)
-    if _regular(folder / publish.MANIFEST) and _is_manifest(folder / publish.MANIFEST):
+    if _regular(folder / folder_state.MANIFEST) and _is_manifest(folder / folder_state.MANIFEST):
         return folder
     return None
 
@@ -152,17 +152,17 @@ def _regular(path: Path) -> bool:
 def _is_manifest(path: Path) -> bool:
     """A JSON object with `checkpoint` and `targets` objects, as every build and merge writes it."""
     try:
-        data = publish.read_state_json(path, publish.MAX_MANIFEST_BYTES, lambda p, why: ValueError(why))
+        data = folder_state.read_state_json(path, folder_state.MAX_MANIFEST_BYTES, lambda p, why: ValueError(why))
     except ValueError:
         return False
     return isinstance(data, dict) and isinstance(data.get("checkpoint"), dict) and isinstance(data.get("targets"), dict)
 
 
 def check_out_folder(out: Path, inputs: list[Path]) -> None:
-    """The output folder of build or merge (as publish.output_path resolved it), refused with one
+    """The output folder of build or merge (as folder_state.output_path resolved it), refused with one
     line before anything is written (no state folder, no build.log): it may not lie inside a
     publish or a state, be a bind mount of one, be or lie inside an input folder, or hold an
-    input (`inputs`: the checkpoint, calibration images, the parts); then publish.check_takeover."""
+    input (`inputs`: the checkpoint, calibration images, the parts); then takeover.check_takeover."""
     from pipeline.errors import OutputDirError
 
     source = mount_source(out, mounts())
@@ -171,11 +171,11 @@ def check_out_folder(out: Path, inputs: list[Path]) -> None:
     if inside is not None:
         raise OutputDirError(f"--out {out} lies inside the output folder {inside} (or its state)",
                              "pass a new folder with --out, outside every published folder")
-    mine = {identity(p) for p in (out, publish.state_dir(out))} - {None}
+    mine = {identity(p) for p in (out, folder_state.state_dir(out))} - {None}
     chain = {identity(f) for f in [out, *ancestors(out, follow=False)]} - {None}
     for given in inputs:
         theirs = {identity(given)} | {identity(f) for f in ancestors(given)}
         if identity(given) in chain or mine & theirs:
             raise OutputDirError(f"--out {out} and the input {given} overlap (one is, or holds, the other)",
                                  "pass a new folder with --out, outside every input")
-    publish.check_takeover(out)
+    takeover.check_takeover(out)

@@ -33,7 +33,7 @@ _COLUMNS = 5
 
 
 def outputs_dir(out: Path) -> Path:
-    from pipeline.publishing.publish import cache_root
+    from pipeline.publishing.folder_state import cache_root
 
     return cache_root(out) / "report"
 
@@ -79,7 +79,7 @@ def write_report(out: Path, heldout: GoldenSplit | None, log=print, dest: Path |
     """Render report.html and REPORT.md from the manifest in `dest` (default: OUT's published one);
     both replaced atomically in `dest`. A build passes its new generation folder before the switch.
     heldout None (a merge without the checkpoint at hand): no pictures, and the page says why."""
-    from pipeline.publishing.publish import current_generation
+    from pipeline.publishing.folder_state import current_generation
 
     dest = dest or current_generation(out) or out  # OUT/report.html links into the current generation
     manifest = json.loads((dest / "manifest.json").read_text())

@@ -284,7 +284,7 @@ class TextEncoderTarget(Target):
         if (variant.get("info") or {}).get("kind") != QWEN_KIND:
             return None
         from pipeline.errors import InputError
-        from pipeline.publishing.publish import check_variant_files
+        from pipeline.publishing.reading import check_variant_files
         from pipeline.relevance import qwen_query as qq
 
         check_variant_files(out, entry, "fp16")
