@@ -74,7 +74,7 @@ def do_nothing_model(query_dim: int):
 
 
 def make_site(root: Path, model: Path, photos: dict, query: np.ndarray) -> None:
-    from targets.web.target import ORT_FILES
+    from targets.web.site_files import ORT_FILES
 
     dist = REPO / "web" / "node_modules" / "onnxruntime-web" / "dist"
     (root / "ort").mkdir()
@@ -93,7 +93,7 @@ def main(model: Path, rounds: int = 200) -> None:
 
     from pipeline.serve import serving
     from targets.shared.onnx_common import ort_session
-    from targets.web.target import CHROMIUM_HOST
+    from targets.web.chromium import CHROMIUM_HOST
 
     rng = np.random.default_rng(0)
     query_dim = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).get_inputs()[1].shape[1]

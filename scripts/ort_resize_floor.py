@@ -31,7 +31,7 @@ OPSET, IR_VERSION = 18, 9  # onnxruntime 1.31 reads IR <= 13; onnx 1.23 writes 1
 def _taps(n: int, grid: int):
     import torch
 
-    from pipeline.relevance.model import CELL, _window_offsets, resize_taps
+    from pipeline.relevance.texture_maths import CELL, _window_offsets, resize_taps
 
     lower, upper, weight = resize_taps(_window_offsets(grid), torch.tensor(float(n)), CELL * grid)
     return lower.numpy(), upper.numpy(), weight.numpy()
@@ -68,7 +68,7 @@ def square_data_path(grid: int):
     """The 16G branch of model.onnx: rows, then columns, of the photo's own pixels."""
     from onnx import TensorProto, helper
 
-    from pipeline.relevance.model import CELL, _window_offsets
+    from pipeline.relevance.texture_maths import CELL, _window_offsets
 
     node = helper.make_node
     nodes = [node("Gather", ["image", "t"], ["r"], axis=1), node("Transpose", ["r"], ["rt"], perm=[0, 2, 3, 1]),

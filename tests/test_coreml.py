@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import run_cli
 
 pytest.importorskip("coremltools")
@@ -78,7 +77,7 @@ def test_every_variant_measured_and_within_its_gate(entry, golden):
 
 
 def test_variants_are_what_they_claim(built, entry):
-    from targets.coreml.mil import MilProgram, _tensor_type
+    from targets.coreml.mil_program import MilProgram, _tensor_type
 
     fp32, fp16, int8 = (entry["variants"][n] for n in VARIANTS)
     assert fp16["info"]["compute_dtypes"].get("fp16", 0) > fp32["info"]["compute_dtypes"].get("fp16", 0)
@@ -96,8 +95,8 @@ def test_packages_keep_the_contracts_io(built, entry):
     and the model description say what the app hands over and why."""
     import coremltools as ct
 
-    from pipeline.stages.export import MAX_BATCH
     from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+    from pipeline.stages.export import MAX_BATCH
     from targets.coreml.target import IMAGE_INPUT
 
     types = ct.proto.FeatureTypes_pb2.ArrayFeatureType
@@ -141,7 +140,7 @@ def test_mil_evaluator_agrees_with_eager(built, entry, loaded, golden):
     """One held-out crop through the saved FP32 program, op by op, vs eager PyTorch."""
     import torch
 
-    from targets.coreml.mil import MilProgram
+    from targets.coreml.mil_program import MilProgram
 
     program = MilProgram(package(built, entry, "fp32"))
     inputs = golden.heldout.inputs(0, 1)
@@ -162,7 +161,7 @@ def test_whole_non_square_photos_match_eager(built, entry, loaded, golden, varia
     import torch
 
     from pipeline.stages.parity import parity_metrics
-    from targets.coreml.mil import MilProgram
+    from targets.coreml.mil_program import MilProgram
 
     program = MilProgram(package(built, entry, variant))
     gate = entry["variants"][variant]["parity"]["gate"]
@@ -190,7 +189,7 @@ def test_fp16_keeps_grid_statistics_and_photo_indices_in_fp32(built, entry):
     """The fixes for FP16 ranking errors: per-sample min-max / entropy on the grid stay fp32, and so
     does the resize's index and weight arithmetic (float16 cannot count past 2048 in steps of 1);
     no gather index is narrowed to 16 bits (add_int16_cast would break every photo over 64 KB)."""
-    from targets.coreml.mil import MilProgram, _tensor_type
+    from targets.coreml.mil_program import MilProgram, _tensor_type
 
     program = MilProgram(package(built, entry, "fp16"))
     dtype = lambda o: _tensor_type(o.outputs[0].type)[0]  # noqa: E731
@@ -208,7 +207,7 @@ def test_fp16_indices_would_be_wrong():
     source rows for large photos (at G=32 on an 8192-pixel side, most of the 128 rows)."""
     import torch
 
-    from pipeline.relevance.model import _window_offsets, resize_taps
+    from pipeline.relevance.texture_maths import _window_offsets, resize_taps
 
     dst = _window_offsets(32)
     for n in (4032, 8192):
@@ -241,7 +240,7 @@ def test_evaluator_refuses_out_of_range_indices_and_casts():
 
 def test_fp16_program_computes_in_fp16(built, entry, golden):
     """The evaluator keeps declared fp16 ops in fp16: the FP16 program differs from the FP32 one."""
-    from targets.coreml.mil import MilProgram
+    from targets.coreml.mil_program import MilProgram
 
     inputs = golden.heldout.inputs(0, 2)
     fp32 = _run(MilProgram(package(built, entry, "fp32")), inputs)["relevance"]
@@ -251,7 +250,8 @@ def test_fp16_program_computes_in_fp16(built, entry, golden):
 
 
 def test_unknown_op_is_named(built, entry, golden):
-    from targets.coreml.mil import MilProgram, UnsupportedOp
+    from targets.coreml.mil import UnsupportedOp
+    from targets.coreml.mil_program import MilProgram
 
     program = MilProgram(package(built, entry, "fp32"))
     victim = next(o for o in program.operations if o.type == "softmax")

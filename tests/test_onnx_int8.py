@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -107,7 +106,7 @@ def test_undecodable_calibration_image_publishes_nothing(int8_out, golden, tmp_p
 def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
     # same stage code path as the CLI test above; checked in-process to keep the suite short
     from pipeline.errors import InputError
-    from targets.onnx_int8.target import user_calibration_split
+    from targets.onnx_int8.quantize import user_calibration_split
 
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, count)
@@ -119,7 +118,7 @@ def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
 
 def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
     from pipeline.stages.golden import MIN_CALIBRATION
-    from targets.onnx_int8.target import user_calibration_split
+    from targets.onnx_int8.quantize import user_calibration_split
 
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, MIN_CALIBRATION)
@@ -135,13 +134,14 @@ def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
     from pipeline.stages.parity import LOSSLESS
     from pipeline.stages.target import Variant
     from targets import TARGETS
+    from targets.onnx_int8 import quantize
     from targets.onnx_int8 import target as onnx_int8
 
     fp32 = int8_out / "onnx" / "model.onnx"
     upstream = StageResult(TARGETS["onnx"], "published",
                            variants=[VariantReport(Variant("fp32", [fp32], LOSSLESS, 0, primary=True), "verified")])
     monkeypatch.setattr(onnx_int8, "SIZE_RATIO", 0.05)
-    monkeypatch.setattr(onnx_int8, "CANDIDATES", onnx_int8.CANDIDATES[2:3])  # keep the test short
+    monkeypatch.setattr(onnx_int8, "CANDIDATES", quantize.CANDIDATES[2:3])  # keep the test short
     ctx = make_ctx(upstream={"onnx": upstream})
     with pytest.raises(GateError) as err:
         TARGETS["onnx-int8"].build(ctx)
@@ -152,15 +152,16 @@ def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
 
 def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
     """The A16W8 fallback really quantises (16-bit activations) and is at least as close as INT8."""
+    from targets.onnx_int8 import quantize
     from targets.onnx_int8 import target as onnx_int8
 
     ctx = make_ctx()
-    cand = next(c for c in onnx_int8.CANDIDATES if c.name == "learned-conv-gemm-relu")
+    cand = next(c for c in quantize.CANDIDATES if c.name == "learned-conv-gemm-relu")
     # the form the target falls back to at D=384 (the reduced form's float Gram misses 35%)
     fp32 = onnx_int8.other_form_fp32(ctx, "direct")
     path = ctx.staging / "a16.onnx"
-    summary = onnx_int8.quantize(fp32, path, golden.calibration, cand, onnx_int8.learned_weight_names(ctx), a16=True)
-    metrics = onnx_int8.measure(path, golden.calibration, 1e-3)
+    summary = quantize.quantize(fp32, path, golden.calibration, cand, quantize.learned_weight_names(ctx), a16=True)
+    metrics = quantize.measure(path, golden.calibration, 1e-3)
     assert summary["quantized_node_count"] > 0
     assert metrics["topk_overlap_mean"] >= 0.98 and metrics["size_bytes"] <= 0.35 * fp32.stat().st_size
 
@@ -181,7 +182,7 @@ def test_choice_holds_under_host_noise(int8_out):
     says how much), give the candidate this build published, every time."""
     import random
 
-    from targets.onnx_int8.target import choose, int8_gate, row_failures
+    from targets.onnx_int8.quantize import choose, int8_gate, row_failures
 
     info = _entry(int8_out)["variants"]["int8"]["info"]
     rows = [c for c in info["candidates"]

@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
-from pipeline.stages.parity import size_cells
-from pipeline.publishing.report import METRICS, fmt_metric
 from test_build import published  # noqa: F401  (one ONNX build per session, shared)
+
+from pipeline.publishing.report import METRICS, fmt_metric
+from pipeline.stages.parity import size_cells
 
 pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
@@ -70,10 +70,10 @@ def test_report_numbers_equal_the_manifest(published):
 
 
 def test_report_shows_bench_results_when_present(published, tmp_path):
-    from pipeline.stages.golden import build_golden_set
-    from pipeline.relevance.checkpoint import load_checkpoint
     from pipeline.frontends.options import DEFAULT_CHECKPOINT
     from pipeline.publishing.report import write_report
+    from pipeline.relevance.checkpoint import load_checkpoint
+    from pipeline.stages.golden import build_golden_set
 
     out = tmp_path / "out"
     shutil.copytree(published, out)
@@ -159,12 +159,12 @@ def test_report_shows_the_balancer_weights_per_preset(tmp_path):
     """Issue 31: the report shows, per page preset and sample photo, how much each way of knowing
     decides; with the shipped checkpoint an open query leans on the fixed maps, a naming one not."""
     import numpy as np
+    from conftest import REPO
     from PIL import Image
 
-    from pipeline.relevance.checkpoint import load_checkpoint
     from pipeline.publishing.report import preset_weights, render_html, render_markdown
+    from pipeline.relevance.checkpoint import load_checkpoint
     from pipeline.relevance.text_encoder import embed
-    from conftest import REPO
 
     path = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
     ckpt = load_checkpoint(path)
@@ -213,8 +213,8 @@ def test_report_maps_use_the_page_colours():
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from pipeline.publishing.figures import _draw_panel
     from pipeline.publishing.overlay import heat_colour
-    from pipeline.publishing.report import _draw_panel
 
     grid = 4
     relevance = np.linspace(0, 1, grid * grid).astype(np.float32)

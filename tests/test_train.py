@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.errors import CheckpointError
+from pipeline.relevance.checkpoint import load_checkpoint
+from pipeline.relevance.model import ModelConfig, TextureArray, build_model
+from pipeline.training import features
 from pipeline.training import scenes as sc
 from pipeline.training import train as tr
-from pipeline.relevance.checkpoint import load_checkpoint
-from pipeline.errors import CheckpointError
-from pipeline.relevance.model import ModelConfig, TextureArray, build_model
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINED = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
@@ -110,7 +111,7 @@ def test_open_scenes_are_deterministic_and_their_targets_are_what_the_query_asks
     assert seen == set(sc.OPEN_KINDS)
     # the perspectival map alone finds the detail targets well above chance (what the balancer can use)
     data = sc.make_scenes(0, 0, 30, sc.OPEN_HELDOUT_SEED_BASE)
-    feats = tr.features(texture, data)
+    feats = features.features(texture, data)
     detail = torch.from_numpy(feats.kinds == "detail")
     persp = feats.fixed_maps[feats.scene_of[detail], 1]
     chance = float(feats.masks[detail].sum(dim=1).mean() / 196)
@@ -135,18 +136,18 @@ def test_metric_definitions():
 def test_cached_training_path_equals_the_model_forward():
     model = build_model(ModelConfig(), seed=3)
     data = sc.make_scenes(6, sc.HELDOUT_SEED_BASE, 3, sc.OPEN_HELDOUT_SEED_BASE)
-    feats = tr.features(TextureArray(model.cfg), data)
+    feats = features.features(TextureArray(model.cfg), data)
     scenes = torch.tensor([1, 4, 7])
-    pairs = tr.pairs_of(feats, scenes)
-    relevance = tr.relevance_of(model, feats, scenes, pairs)
+    pairs = features.pairs_of(feats, scenes)
+    relevance = features.relevance_of(model, feats, scenes, pairs)
     with torch.no_grad():
-        images = tr.as_photos(data.images[data.scene_of[pairs.numpy()]])
+        images = features.as_photos(data.images[data.scene_of[pairs.numpy()]])
         expected, _, expected_weights = model(images, feats.queries[pairs])
     torch.testing.assert_close(relevance.detach(), expected, atol=1e-5, rtol=0)
     # the evaluation's path (maps + weights of every pair, then `ablated`) is the same model
     maps, weights = tr.outputs(model, feats)
     torch.testing.assert_close(weights[pairs], expected_weights, atol=1e-6, rtol=0)
-    torch.testing.assert_close(tr.ablated(maps, weights, None)[pairs], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(features.ablated(maps, weights, None)[pairs], expected, atol=1e-5, rtol=0)
 
 
 def test_ablation_zeroes_one_way_of_knowing():
@@ -156,12 +157,12 @@ def test_ablation_zeroes_one_way_of_knowing():
         others = [i for i in range(3) if i != drop]
         expected = (weights[:, others, None] * maps[:, others]).sum(dim=1)
         lo, hi = expected.amin(dim=1, keepdim=True), expected.amax(dim=1, keepdim=True)
-        torch.testing.assert_close(tr.ablated(maps, weights, drop), (expected - lo) / (hi - lo + 1e-8))
+        torch.testing.assert_close(features.ablated(maps, weights, drop), (expected - lo) / (hi - lo + 1e-8))
     # a map with weight one is the relevance itself (min-maxed)
     onehot = torch.tensor([[0.0, 1.0, 0.0]]).expand(4, 3)
     m = maps[:, 1]
     expected = (m - m.amin(1, True)) / (m.amax(1, True) - m.amin(1, True) + 1e-8)
-    torch.testing.assert_close(tr.ablated(maps, onehot, None), expected)
+    torch.testing.assert_close(features.ablated(maps, onehot, None), expected)
 
 
 def test_same_seed_writes_the_same_bytes(tmp_path):

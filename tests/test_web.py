@@ -20,9 +20,10 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
+from targets.web import chromium, decode_gap, site_files, text_checks
 from targets.web import target as web_target
 
-if not web_target.CHROMIUM.is_file():
+if not chromium.CHROMIUM.is_file():
     pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
 
 SHOTS = REPO / "test-output"
@@ -52,8 +53,8 @@ def site(built):
 @pytest.fixture(scope="session")
 def browser(site):
     # the same shared driver the verifier uses: Playwright's sync API allows one per thread
-    yield web_target.CHROMIUM_HOST.acquire()
-    web_target.CHROMIUM_HOST.release()
+    yield chromium.CHROMIUM_HOST.acquire()
+    chromium.CHROMIUM_HOST.release()
 
 
 class Page:
@@ -138,9 +139,9 @@ def test_build_publishes_a_self_contained_site_within_budget(built):
         assert name in paths
     assert "web/tokenizer.js" not in paths  # the hand-written tokenizer is gone: the library tokenizes
     # the vendored library is the pinned npm package's own file, byte for byte
-    lib = web_target.npm_dist("@huggingface/tokenizers") / "tokenizers.min.mjs"
+    lib = site_files.npm_dist("@huggingface/tokenizers") / "tokenizers.min.mjs"
     assert (out / "web" / "lib" / "tokenizers.min.mjs").read_bytes() == lib.read_bytes()
-    assert web_target.npm_version("@huggingface/tokenizers") == web_target.pinned_version("@huggingface/tokenizers") == "0.2.0"
+    assert site_files.npm_version("@huggingface/tokenizers") == site_files.pinned_version("@huggingface/tokenizers") == "0.2.0"
     total = sum(f["bytes"] for f in entry["files"])
     assert entry["size"]["total_bytes"] == total
     assert total <= entry["size"]["budget"]  # the whole site, golden bundle included, within the recorded budget
@@ -216,7 +217,7 @@ def test_missing_browser_is_a_host_capability_error(monkeypatch):
 
     monkeypatch.setattr(web_target, "CHROMIUM", Path("/nonexistent/chromium"))
     with pytest.raises(HostCapabilityError, match="chromium") as exc:
-        web_target.require_browser()
+        chromium.require_browser()
     assert "setup.sh" in exc.value.fix
 
 
@@ -427,13 +428,13 @@ def test_decode_gap_is_measured_in_chromium_and_recorded(built):
     site = out / "web"
     recorded = json.loads((out / "manifest.json").read_text())["targets"]["web"]["variants"]["fp32"]["info"]["decode_gap"]
     assert json.loads((site / "config.json").read_text())["decode_gap"] == recorded
-    jpegs = web_target.decode_gap_jpegs()
+    jpegs = decode_gap.decode_gap_jpegs()
     assert [p["name"] for p in recorded["photos"]] == [name for name, _, _ in jpegs] == [
         "china", "flower", "rocket", "retina", "hubble_deep_field"]
     queries = np.asarray(json.loads((site / "presets.json").read_text())["embeddings"], dtype=np.float32)
-    session = web_target.PageSession(site)
+    session = chromium.PageSession(site)
     try:
-        again = web_target.measure_decode_gap(session, site / "models" / "model.onnx", queries)
+        again = decode_gap.measure_decode_gap(session, site / "models" / "model.onnx", queries)
         decoded = {name: session.decode(path) for name, path, _ in jpegs}
     finally:
         session.close()
@@ -553,9 +554,9 @@ def test_free_text_parity_was_measured_in_the_browser_and_gated(built, text_conf
     _, result = built
     stage = next(s for s in result.stages if s.target.name == "web")
     m = stage.primary.metrics
-    assert m["text_token_strings"] == len(web_target.token_check_strings()) >= 70
+    assert m["text_token_strings"] == len(text_checks.token_check_strings()) >= 70
     assert m["text_token_mismatches"] == 0
-    assert m["text_cosine_min"] >= web_target.TEXT_COSINE_MIN
+    assert m["text_cosine_min"] >= text_checks.TEXT_COSINE_MIN
     assert m["text_embedding_norm_max_dev"] <= 1e-3
     gate = stage.primary.variant.gate
     assert gate.maxima["text_token_mismatches"] == 0 and gate.minima["text_cosine_min"] == 0.99
@@ -582,7 +583,7 @@ def test_tokenizer_matches_python_token_for_token(page, text_config):
     from pipeline.relevance.text_encoder import tokenize
 
     pg = page.open()
-    strings = web_target.token_check_strings()
+    strings = text_checks.token_check_strings()
     # and a few more built here: random mixes of the awkward pieces
     rng = np.random.default_rng(7)
     pieces = [" ", "\t", "\n", "é", "e\u0301", "İ", "Σ", "ß", "ﬁ", "中", "𠀀", "🙂", "👍🏽", "\u200b", "\x00", "-", "'",
@@ -598,14 +599,14 @@ def test_tokenizer_matches_python_token_for_token(page, text_config):
     # 'ς' and one [UNK] here): a final capital sigma, and two ideographs beyond the BMP, one word each
     assert want[strings.index("ΣΑΣ")] == [101, 1173, 14608, 29733, 102]
     assert want[strings.index("𠀀𠀁 ext-B CJK")][:3] == [101, 100, 100]
-    assert len(web_target.LONG_TEXT) == 2000 and web_target.LONG_TEXT in strings
+    assert len(text_checks.LONG_TEXT) == 2000 and text_checks.LONG_TEXT in strings
 
 
 def sweep_in_page(pg: Page) -> list[list[int]]:
-    """Every code point of web_target.SWEEP between two letters, tokenized by the page."""
+    """Every code point of text_checks.SWEEP between two letters, tokenized by the page."""
     import base64
 
-    strings = ["a" + chr(c) + "b" for c in web_target.SWEEP]
+    strings = ["a" + chr(c) + "b" for c in text_checks.SWEEP]
     packed = pg.p.evaluate("(t) => window.arrcoc.tokenizePacked(t)", strings)
     lengths = np.frombuffer(base64.b64decode(packed["lengths"]), np.uint16)
     flat = np.frombuffer(base64.b64decode(packed["ids"]), np.uint32)
@@ -630,14 +631,14 @@ def test_code_point_sweep_is_recorded_as_measured(built, page, text_config):
 
     entry = json.loads((built[0] / "manifest.json").read_text())["targets"]["web"]["variants"]["fp32"]
     sweep = entry["info"]["text_encoder"]["code_point_sweep"]
-    assert sweep["code_points"] == len(web_target.SWEEP) and sweep["gated"] is False
+    assert sweep["code_points"] == len(text_checks.SWEEP) and sweep["gated"] is False
     assert "code_point" not in json.dumps(entry["parity"]["gate"])
     got = sweep_in_page(page.open())
-    want = tokenizer()(["a" + chr(c) + "b" for c in web_target.SWEEP])["input_ids"]
-    differing = [c for c, g, w in zip(web_target.SWEEP, got, want) if g != w]
+    want = tokenizer()(["a" + chr(c) + "b" for c in text_checks.SWEEP])["input_ids"]
+    differing = [c for c, g, w in zip(text_checks.SWEEP, got, want) if g != w]
     assert differing == recorded_sweep_codes(sweep) and len(differing) == sweep["differing"]
     # none of them is in the corpus the gate holds exact
-    corpus = "".join(web_target.token_check_strings())
+    corpus = "".join(text_checks.token_check_strings())
     assert not set(map(chr, differing)) & set(corpus)
 
 
@@ -718,7 +719,7 @@ def test_missing_text_encoder_stage_is_a_note_not_a_failure(make_ctx):
 def test_a_console_error_fails_verification(built, browser, golden):
     from pipeline.errors import ExportError
 
-    session = web_target.PageSession(built[0] / "web")
+    session = chromium.PageSession(built[0] / "web")
     try:
         session.page.evaluate("console.error('simulated failure in the page')")
         with pytest.raises(ExportError, match="simulated failure"):

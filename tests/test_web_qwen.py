@@ -20,14 +20,16 @@ from tests.qwen_fixtures import write_snapshot
 pytestmark = pytest.mark.slow
 pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
+from targets.web import chromium, site_files, text_checks
+from targets.text_encoder import target as text_encoder_target
 from targets.web import target as web_target
 from tests.test_web import SHOTS, Page, heat_pixels, shows_ms  # noqa: E402
 
-if not web_target.CHROMIUM.is_file():
+if not chromium.CHROMIUM.is_file():
     pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
 
 DIM = 64
-TYPED = ("Where is the cup?", "猫在哪里？", "أين القطة؟", "👩‍👩‍👧‍👦 🏳️‍🌈 next to the 3.14 m sign", web_target.LONG_TEXT)
+TYPED = ("Where is the cup?", "猫在哪里？", "أين القطة؟", "👩‍👩‍👧‍👦 🏳️‍🌈 next to the 3.14 m sign", text_checks.LONG_TEXT)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,8 @@ def site(built):
 
 @pytest.fixture(scope="module")
 def browser(site):
-    yield web_target.CHROMIUM_HOST.acquire()
-    web_target.CHROMIUM_HOST.release()
+    yield chromium.CHROMIUM_HOST.acquire()
+    chromium.CHROMIUM_HOST.release()
 
 
 @pytest.fixture
@@ -99,16 +101,16 @@ def test_build_measured_the_qwen_path_in_chromium_and_gated_it(built):
     fp32 = entry["variants"]["fp32"]
     assert entry["status"] == "published" and fp32["status"] == "verified"
     m, gate = fp32["parity"]["metrics"], fp32["parity"]["gate"]
-    assert m["text_token_strings"] == len(web_target.token_check_strings()) and m["text_token_mismatches"] == 0
+    assert m["text_token_strings"] == len(text_checks.token_check_strings()) and m["text_token_mismatches"] == 0
     assert m["text_embeddings_compared"] == m["text_token_strings"] - 1  # "" has no tokens: not a query
-    assert m["text_cosine_min"] >= web_target.QWEN_BROWSER_COSINE_MIN
-    assert m["text_embedding_rel_err_max"] <= web_target.QWEN_BROWSER_REL_MAX
+    assert m["text_cosine_min"] >= text_encoder_target.QWEN_BROWSER_COSINE_MIN
+    assert m["text_embedding_rel_err_max"] <= text_encoder_target.QWEN_BROWSER_REL_MAX
     assert json.dumps(gate).count("text_") == 3  # token mismatches, relative error, cosine: all gated
     info = fp32["info"]["text_encoder"]
     assert info["kind"] == "qwen-token-mean" and "BPE" in info["tokenizer"]
     timing = info["page_ms_per_query"]
     assert 0 < timing["median"] <= timing["max"] and set(timing["first_use_load_ms"]) == {"tokenizer", "encoder"}
-    assert info["code_point_sweep"]["code_points"] == len(web_target.SWEEP)
+    assert info["code_point_sweep"]["code_points"] == len(text_checks.SWEEP)
     files = set(fp32["files"])
     assert {"web/models/query_encoder.onnx", "web/tokenizer/tokenizer.json", "web/tokenizer/tokenizer_config.json",
             "web/lib/tokenizers.min.mjs"} <= files and "web/models/text_encoder.int8.onnx" not in files
@@ -123,7 +125,7 @@ def test_presets_are_the_shipped_encoders_own(built):
     import onnxruntime as ort
 
     presets = json.loads((built / "web" / "presets.json").read_text())
-    assert presets["queries"] == list(web_target.PRESET_QUERIES) and "arr-coc-0-1" in presets["encoder"]
+    assert presets["queries"] == list(site_files.PRESET_QUERIES) and "arr-coc-0-1" in presets["encoder"]
     session = ort.InferenceSession(str(built / "web" / "models" / "query_encoder.onnx"), providers=["CPUExecutionProvider"])
     for text, emb in zip(presets["queries"], presets["embeddings"]):
         want = session.run(None, {"input_ids": np.asarray(python_ids(built, [text])[0], np.int64)})[0][0]
@@ -138,7 +140,7 @@ def test_qwen_tokens_match_python_token_for_token(built, page):
     from pipeline.relevance.qwen_query import NPM_PACKAGE
 
     pg = page.open()
-    strings = web_target.token_check_strings() + list(TYPED)
+    strings = text_checks.token_check_strings() + list(TYPED)
     rng = np.random.default_rng(11)
     pieces = [" ", "\t", "\n", "\r\n", "é", "e\u0301", "İ", "Σ", "中", "𠀀", "🙂", "👍🏽", "\u200d", "\x00", "'s", "'LL",
               "...", "¿", "unaffable", "ACME", "42", "1234567", "x" * 50, "ｶ", "\u3000", "\ufeff", "مرحبا", "<|im_start|>"]
@@ -167,7 +169,7 @@ def test_typed_query_in_the_page_gives_pythons_top_k(built, page):
         last = pg.p.evaluate("window.arrcoc.last()")
         # what the box holds: a one-line input drops line breaks and keeps 2,000 UTF-16 units
         typed = last["query"]["label"]
-        assert typed == text if text != web_target.LONG_TEXT else 1900 <= len(typed) < len(text)
+        assert typed == text if text != text_checks.LONG_TEXT else 1900 <= len(typed) < len(text)
         ids = python_ids(built, [typed])[0]
         assert last["query"]["kind"] == "text" and last["query"]["tokens"] == len(ids) and heat_pixels(pg) > 0
         shape = pg.p.evaluate("window.arrcoc.lastInput().shape")

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import CheckpointError, SettingsError
-from pipeline.relevance.model import CELL, ModelConfig, RelevanceModel, build_model, learned_shapes
+from pipeline.relevance.model import ModelConfig, RelevanceModel, build_model, learned_shapes
+from pipeline.relevance.texture_maths import CELL
 
 FORMAT_TAG = "arrcoc-edge/1"
 IGNORED_PREFIXES = ("base_model.",)

@@ -49,11 +49,10 @@ import numpy as np
 import torch
 
 from pipeline.errors import ExportError, HostCapabilityError
-from pipeline.stages.export import MAX_BATCH
 from pipeline.relevance.model import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
+from pipeline.stages.export import MAX_BATCH
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant
-
 from targets.shared import onnx_common
 
 DEPLOYMENT_TARGET = "iOS17"
@@ -283,7 +282,7 @@ class CoremlTarget(Target):
 
     @staticmethod
     def _info(package: Path, variant: str) -> dict:
-        from targets.coreml.mil import MilProgram
+        from targets.coreml.mil_program import MilProgram
 
         program = MilProgram(package)
         return {
@@ -306,7 +305,7 @@ class CoremlTarget(Target):
         }
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
-        from targets.coreml.mil import MilProgram
+        from targets.coreml.mil_program import MilProgram
 
         package = ctx.staging / variant.info["package"]
         with quiet():
@@ -365,7 +364,7 @@ def mil_runner(package: Path) -> Runner:
     """The NumPy MIL evaluator: a reference check of the converted program, not CoreML itself."""
     import coremltools as ct
 
-    from targets.coreml.mil import MilProgram
+    from targets.coreml.mil_program import MilProgram
 
     with quiet():
         program = MilProgram(package)

@@ -25,7 +25,6 @@ from pipeline.errors import ExportError
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
-
 from targets.shared import onnx_common
 from targets.tensorrt import backend as trt_backend
 
@@ -146,18 +145,18 @@ def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, st
     """Re-quantise with zero-point-0 activations: onnx-int8's chosen candidate first, then the
     others, each measured on the calibration split (as onnx-int8 selects); the first that passes
     the INT8 gate there is held to it on the held-out split in onnxruntime before any plan is built."""
-    from targets.onnx_int8 import target as onnx_int8
+    from targets.onnx_int8 import quantize
 
     chosen = quant_info["candidate"]
-    order = sorted(onnx_int8.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order
-    split, _ = onnx_int8.calibration_split(ctx)
-    fp32, learned, gate = _upstream_model(ctx, "onnx"), onnx_int8.learned_weight_names(ctx), LOSSY
+    order = sorted(quantize.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order
+    split, _ = quantize.calibration_split(ctx)
+    fp32, learned, gate = _upstream_model(ctx, "onnx"), quantize.learned_weight_names(ctx), LOSSY
     parity_failures = gate.parity_failures
     tried = {}
     for candidate in order:
         dst = ctx.staging / f"model.int8-symmetric.{candidate.name}.onnx"
-        onnx_int8.quantize(fp32, dst, split, candidate, learned, a16=False, symmetric=True)
-        failures = parity_failures(onnx_int8.measure(dst, split, gate.tie_tolerance))
+        quantize.quantize(fp32, dst, split, candidate, learned, a16=False, symmetric=True)
+        failures = parity_failures(quantize.measure(dst, split, gate.tie_tolerance))
         tried[candidate.name] = failures or "passed"
         ctx.log(f"[tensorrt] symmetric INT8 '{candidate.name}' on the calibration split: "
                 f"{', '.join(failures) if failures else 'passes'}")
@@ -168,7 +167,7 @@ def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, st
         return None, ("every symmetric INT8 candidate fails the INT8 gate on the calibration split: "
                       + "; ".join(f"{n}: {', '.join(f)}" for n, f in tried.items())), \
             {"symmetric_requantised": {"candidate": None, "candidates_tried": tried, "passed_int8_gate": False}}
-    metrics = onnx_int8.measure(dst, ctx.golden.heldout, gate.tie_tolerance)
+    metrics = quantize.measure(dst, ctx.golden.heldout, gate.tie_tolerance)
     failures = parity_failures(metrics)
     ctx.log(f"[tensorrt] symmetric INT8 QDQ in onnxruntime (held-out): top-K {metrics['topk_overlap_mean']:.3f} "
             f"(min {metrics['topk_overlap_min']:.3f}), rel mean {metrics['relevance_mean_abs']:.1e}")
