@@ -63,6 +63,8 @@ NOT_VERIFIED = [
     "(Tests/GoldenParityTests.swift): parsed by swiftc (syntax only), not type-checked or built: Apple's "
     "frameworks and Xcode exist only on macOS",
     "the CoreML runtime on a device or Simulator (GoldenParityTests runs the golden bundle through every package)",
+    "the MiniLM query encoder package (query_encoder.mlpackage) in CoreML: checked with the NumPy MIL "
+    "evaluator at build time (contract.json typed_text.encoder.host_check), never in Apple's runtime",
     "ImageIO's / CoreGraphics' decode of real photos (RelevanceModel.uprightRGB; its re-index Upright.rgb is tested)",
     "UIImage.Orientation -> EXIF value (RelevanceModel.exifOrientation: a UIKit type)",
 ]
