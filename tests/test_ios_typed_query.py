@@ -15,8 +15,6 @@ import pytest
 from conftest import run_cli, write_reference_checkpoint
 from qwen_fixtures import write_snapshot
 
-pytestmark = pytest.mark.slow
-
 QUERIES = ("where is the cat?", "the cat's eyes", "text and writing", "猫在哪里？", "Où est le chat ?",
            "a furry animal lying on the floor " * 60)
 
@@ -36,6 +34,46 @@ def swift_embeddings(app: Path, ids: list[list[int]], tmp: Path) -> list[list[fl
     return json.loads((report / "typed_text.json").read_text())
 
 
+def test_token_mean_table_file_reads_back_and_computes_the_form():
+    """The table file holds the form's arrays bit for bit, and table_query (the Swift arithmetic) is
+    the form's own query (float32 numpy) within float32 rounding."""
+    import tempfile
+
+    from targets.ios_encoder import read_table, table_query, write_table
+    from targets.qwen_encoder import TokenMeanForm
+
+    rng = np.random.default_rng(3)
+    basis, _ = np.linalg.qr(rng.standard_normal((24, 9)))
+    tail = rng.standard_normal(24)
+    tail -= basis @ (basis.T @ tail)
+    form = TokenMeanForm(basis.T.astype(np.float32), rng.standard_normal((50, 9)).astype(np.float16),
+                         rng.uniform(0, 1, 50).astype(np.float32), (tail / np.linalg.norm(tail)).astype(np.float32), 9)
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = read_table(write_table(form, Path(tmp) / "t.tokenmean"))
+    for name in ("basis", "coords", "energy", "tail"):
+        assert np.array_equal(arrays[name], getattr(form, name)) and arrays[name].dtype == getattr(form, name).dtype
+    for ids in ([4], [4, 4, 7], list(range(50)), [49, 0, 49, 13, 0]):
+        want = form.query(ids)
+        assert np.abs(table_query(arrays, ids) - want).max() <= 1e-6 * np.abs(want).max(), ids
+
+
+def test_mil_evaluator_ops_bert_needs_match_torch():
+    import torch
+
+    from targets.coreml_mil import OPS
+
+    x = np.random.default_rng(5).standard_normal((2, 5, 16)).astype(np.float32)
+    gamma, beta = np.linspace(0.5, 1.5, 16, dtype=np.float32), np.linspace(-1, 1, 16, dtype=np.float32)
+    (ln,) = OPS["layer_norm"]({"x": x, "axes": np.array([-1]), "gamma": gamma, "beta": beta, "epsilon": np.float32(1e-12)})
+    ref = torch.nn.functional.layer_norm(torch.from_numpy(x), (16,), torch.from_numpy(gamma), torch.from_numpy(beta), 1e-12)
+    assert np.abs(ln - ref.numpy()).max() < 1e-5
+    for mode, approximate in (("EXACT", "none"), ("TANH_APPROXIMATION", "tanh")):
+        (g,) = OPS["gelu"]({"x": x, "mode": mode})
+        assert np.abs(g - torch.nn.functional.gelu(torch.from_numpy(x), approximate=approximate).numpy()).max() < 1e-6, mode
+    assert OPS["range_1d"]({"start": np.int32(0), "end": np.int32(7), "step": np.int32(2)})[0].tolist() == [0, 2, 4, 6]
+
+
+@pytest.mark.slow
 def test_reference_checkpoint_typed_query_selects_what_predict_selects(tmp_path):
     from PIL import Image
 
