@@ -229,6 +229,45 @@ def _softmax(a):
     return (e / e.sum(axis=axis, keepdims=True),)
 
 
+@op("layer_norm")
+def _layer_norm(a):
+    """(x - mean) / sqrt(var + epsilon) * gamma + beta over `axes`, in float32 (biased variance)."""
+    x = a["x"].astype(np.float32)
+    axes = _axes(a.get("axes"), x.ndim) or tuple(range(x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = np.square(x - mean).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + np.float32(_scalar(a.get("epsilon"), 1e-5)))
+    if a.get("gamma") is not None:
+        y = y * a["gamma"].astype(np.float32)
+    if a.get("beta") is not None:
+        y = y + a["beta"].astype(np.float32)
+    return (y.astype(a["x"].dtype),)
+
+
+@op("gelu")
+def _gelu(a):
+    """MIL gelu: EXACT (erf), TANH_APPROXIMATION or SIGMOID_APPROXIMATION, in float32."""
+    from scipy.special import erf
+
+    x = a["x"].astype(np.float32)
+    mode = _scalar(a.get("mode"), "EXACT")
+    if mode == "EXACT":
+        y = 0.5 * x * (1 + erf(x / np.float32(np.sqrt(2.0))))
+    elif mode == "TANH_APPROXIMATION":
+        y = 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x ** 3)))
+    elif mode == "SIGMOID_APPROXIMATION":
+        y = x / (1 + np.exp(np.float32(-1.702) * x))
+    else:
+        raise UnsupportedOp(f"gelu mode {mode}", "convert with an exact or tanh gelu")
+    return (y.astype(a["x"].dtype),)
+
+
+@op("range_1d")
+def _range_1d(a):
+    start, end, step = (_scalar(a[k]) for k in ("start", "end", "step"))
+    return (np.arange(start, end, step),)
+
+
 @op("topk")
 def _topk(a):
     x, k = a["x"], int(_scalar(a.get("k"), 1))

@@ -33,7 +33,7 @@ from pipeline.golden import write_bundle
 from pipeline.parity import Gate
 from pipeline.target import BuildContext, Runner, Target, Variant
 
-from . import ios_app, mobile_contract
+from . import ios_app, ios_encoder, mobile_contract
 from .coreml import IMAGE_INPUT, mil_runner, mlmodel_runner
 from .mobile_contract import bundle_allowance, copy_to_app, write_sample  # shared with targets/android.py
 
@@ -99,7 +99,7 @@ def check_packages(data: dict, folder: Path) -> list[str]:
         raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
                           "rebuild with `invoke build --target ios`")
     return [f"contract.json matches {len(data['artifacts'])} .mlpackage(s) by name, bytes and tree sha256, "
-            "plus the golden bundle and sample photo"]
+            "plus the golden bundle and sample photo"] + ios_encoder.check_typed_text(data, folder)
 
 
 class IosTarget(Target):
@@ -109,6 +109,7 @@ class IosTarget(Target):
     modules = ("coremltools",)
     capability = "an iPhone or the iOS Simulator (Xcode on macOS)"
     depends_on = ("coreml",)
+    uses = ("text-encoder",)  # arr-coc-0-1's encoder form, for typed queries (targets/ios_encoder.py)
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         upstream = ctx.upstream["coreml"]
@@ -122,6 +123,8 @@ class IosTarget(Target):
         default = DEFAULT_VARIANT if DEFAULT_VARIANT in artifacts else primary.name
         chosen = next(r for r in upstream.variants if r.variant.name == default)
         budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg, ctx.golden.heldout)
+        typed_text, encoder = self._typed_text(ctx)
+        budget += encoder.budget if encoder is not None else 0
         # The bundle records the default package's parity gate and the numbers the coreml stage
         # measured on the very same bytes (tree sha256 in contract.json), where that gate was held;
         # this stage itself holds the bundle's size (no iOS runtime here).
@@ -131,6 +134,7 @@ class IosTarget(Target):
         write_sample(ctx, ctx.staging)
         data = mobile_contract.contract(cfg, {}, golden=GOLDEN, presets=mobile_contract.presets_for_build(ctx))
         data["artifacts"] = artifacts
+        data["typed_text"] = typed_text
         data["app"] = {
             "platform": "ios", "default_artifact": default, "sample_image": SAMPLE_IMAGE,
             "sample_golden": mobile_contract.SAMPLE_GOLDEN,
@@ -149,7 +153,8 @@ class IosTarget(Target):
             info={"app_resources": str(app_resources_dir()), "default_artifact": default,
                   "packages": sorted(a["file"] for a in artifacts.values()),
                   "parity_from": f"coreml stage, {default} package ({chosen.runtime})",
-                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"]},
+                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"],
+                  "typed_text": ios_encoder.typed_text_summary(typed_text)},
         )
         check_packages(data, ctx.staging)
         variant.info["app_build"] = ios_app.build_and_test(ctx.staging, ctx.log)
@@ -159,6 +164,22 @@ class IosTarget(Target):
                    if build["status"] == "passed" else f" ({build['reason']})"))
         self._publish_to_app(ctx, variant, data)
         return [variant]
+
+    @staticmethod
+    def _typed_text(ctx: BuildContext):
+        """contract.json's typed_text and the query encoder it names (targets/ios_encoder.py):
+        supported only when the encoder passed its gate; one that failed leaves no file behind and
+        the reason in typed_text.why (presets stay the way to query)."""
+        encoder, why = ios_encoder.ios_encoder(ctx)
+        if encoder is not None and not encoder.passed:
+            why = f"the {encoder.kind} {encoder.variant} query encoder failed its gate: {', '.join(encoder.failures)}"
+            encoder.remove()
+            (ctx.staging / ios_encoder.CHECKS_FILE).unlink(missing_ok=True)
+            encoder = None
+        if encoder is None:
+            ctx.log(f"[ios] typed queries: not supported ({why})")
+            return {**mobile_contract.TYPED_TEXT, "why": why}, None
+        return ios_encoder.typed_text_entry(encoder, ctx.config.query_dim), encoder
 
     def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
         """The packages passed the coreml gates; check the bundle's own contract and size, then copy."""

@@ -159,7 +159,7 @@ def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
 TYPED_TEXT = {
     "supported": False,
     "why": ("no tokenizer and query encoder were built for this app: the android stage ships them when its "
-            "encoder passes its gate (targets/app_encoder.py); the iOS app has no CoreML/Swift query encoder yet"),
+            "encoder passes its gate (targets/app_encoder.py), the ios stage when its encoder does (targets/ios_encoder.py)"),
     "encoder": "the text-encoder target's files (its manifest entry) are what such an app would use; "
                "the page (web target) answers typed queries with them",
 }
