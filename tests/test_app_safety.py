@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import OutputDirError
-from targets.shared.mobile_contract import copy_to_app
+from targets.shared.app_folder import copy_to_app
 
 REPO = Path(__file__).resolve().parent.parent
 

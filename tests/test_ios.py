@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
+from conftest import run_cli
 from mobile_build import built_ios, bundle_in_app, seed_user_files, source_function, user_files_left
+
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
 
 pytestmark = pytest.mark.slow
@@ -141,6 +142,7 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
 
 def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
     from targets.ios import target as ios
+    from targets.shared import mobile_contract
 
     out, app = built
     assert ios.check_packages(contract, out / "ios")
@@ -150,7 +152,7 @@ def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
     manifest = json.loads((out / "manifest.json").read_text())["targets"]["coreml"]
     for key, art in contract["artifacts"].items():
         assert art["file"] == manifest["variants"][key]["info"]["package"]
-        assert art["sha256"] == ios.tree_sha256(out / "coreml" / art["file"])  # the very same package
+        assert art["sha256"] == mobile_contract.tree_sha256(out / "coreml" / art["file"])  # the very same package
         assert [t["name"] for t in art["inputs"]] == ["image", "query"]
         assert [t["name"] for t in art["outputs"]] == ["relevance", "topk_indices", "weights"]
         assert art["topk_dtype"] == "int32"
@@ -269,3 +271,40 @@ def test_sample_photo_is_the_golden_whole_photo(built, contract):
     expected = np.frombuffer(data, dtype=np.uint8).reshape(arr["shape"])[0]
     photo = load_photo(built[1] / contract["app"]["sample_image"])
     assert photo.shape[0] != photo.shape[1] and np.array_equal(photo, expected)
+
+
+# Typed queries (issue 38): the shipped checkpoint's encoder is all-MiniLM-L6-v2 as a CoreML package,
+# checked with the NumPy MIL evaluator (no CoreML runtime here), the ids are the app tokenizer's own.
+
+TYPED_QUERIES = ("where is the cat?", "the cat's eyes", "猫在哪里？", "a furry animal lying on the floor " * 60)
+
+
+def test_typed_text_ships_minilm_as_a_coreml_package_held_to_the_python_encoder(built, contract, tmp_path):
+    from pipeline.relevance.text_encoder import embed, tokenize
+    from targets.coreml.mil_program import MilProgram
+    from targets.shared.mobile_contract import tree_sha256
+
+    out, app = built
+    typed = contract["typed_text"]
+    assert typed["supported"] is True, typed.get("why")
+    enc, tok = typed["encoder"], typed["tokenizer"]
+    assert (enc["kind"], tok["kind"], tok["max_length"]) == ("minilm", "wordpiece", 256)
+    assert enc["host_check"]["status"] == "unverified" and "macOS" in enc["host_check"]["reason"]
+    assert enc["info"]["structure"]["unsupported_ops"] == []
+    assert tree_sha256(app / enc["file"]) == enc["sha256"]
+    entry = json.loads((out / "manifest.json").read_text())["targets"]["ios"]["variants"]["app-bundle"]
+    assert entry["info"]["typed_text"]["encoder"] == enc["file"]
+    record = swift_or_fail(entry["info"]["app_build"])
+    assert {"TypedQueryTests.testLengthRulesOfTheShippedEncoder", "TypedQueryTests.testTypedTextNamesFilesTheBundleHolds"} <= set(record["tests"]["names"])
+    # the app's tokenizer ids (Swift, `invoke app-tokenize --app ios`) through the shipped package
+    lines = tmp_path / "q.txt"
+    lines.write_text("\n".join(TYPED_QUERIES), encoding="utf-8")
+    proc = run_cli("app-tokenize", "--app", "ios", "--tokenizer", str(app / tok["file"]), "--text-file", str(lines))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ids = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert ids == [tokenize([q])["input_ids"][0].tolist() for q in TYPED_QUERIES] and len(ids[-1]) == 256
+    program = MilProgram(app / enc["file"])
+    got = np.stack([program.run({"input_ids": np.asarray([i], np.int32)})["sentence_embedding"].reshape(-1) for i in ids])
+    ref = embed(list(TYPED_QUERIES))
+    cosine = (got * ref).sum(1) / np.linalg.norm(got, axis=1)
+    assert cosine.min() >= enc["gate"]["min"]["cosine_min"], cosine

@@ -40,11 +40,11 @@ from pipeline.errors import ExportError, HostCapabilityError, OutputDirError
 from pipeline.stages.golden import write_bundle
 from pipeline.stages.parity import Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant
-
 from targets import app_encoder
 from targets.android import app as android_app
 from targets.shared import mobile_contract
-from targets.shared.mobile_contract import bundle_allowance, copy_to_app, write_sample
+from targets.shared.app_folder import copy_to_app
+from targets.shared.mobile_contract import bundle_allowance, write_sample
 
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "mobile" / "android"

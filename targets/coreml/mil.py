@@ -168,6 +168,45 @@ def _softmax(a):
     return (e / e.sum(axis=axis, keepdims=True),)
 
 
+@op("layer_norm")
+def _layer_norm(a):
+    """(x - mean) / sqrt(var + epsilon) * gamma + beta over `axes`, in float32 (biased variance)."""
+    x = a["x"].astype(np.float32)
+    axes = _axes(a.get("axes"), x.ndim) or tuple(range(x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = np.square(x - mean).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + np.float32(_scalar(a.get("epsilon"), 1e-5)))
+    if a.get("gamma") is not None:
+        y = y * a["gamma"].astype(np.float32)
+    if a.get("beta") is not None:
+        y = y + a["beta"].astype(np.float32)
+    return (y.astype(a["x"].dtype),)
+
+
+@op("gelu")
+def _gelu(a):
+    """MIL gelu: EXACT (erf), TANH_APPROXIMATION or SIGMOID_APPROXIMATION, in float32."""
+    from scipy.special import erf
+
+    x = a["x"].astype(np.float32)
+    mode = _scalar(a.get("mode"), "EXACT")
+    if mode == "EXACT":
+        y = 0.5 * x * (1 + erf(x / np.float32(np.sqrt(2.0))))
+    elif mode == "TANH_APPROXIMATION":
+        y = 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x ** 3)))
+    elif mode == "SIGMOID_APPROXIMATION":
+        y = x / (1 + np.exp(np.float32(-1.702) * x))
+    else:
+        raise UnsupportedOp(f"gelu mode {mode}", "convert with an exact or tanh gelu")
+    return (y.astype(a["x"].dtype),)
+
+
+@op("range_1d")
+def _range_1d(a):
+    start, end, step = (_scalar(a[k]) for k in ("start", "end", "step"))
+    return (np.arange(start, end, step),)
+
+
 @op("topk")
 def _topk(a):
     x, k = a["x"], int(_scalar(a.get("k"), 1))
@@ -413,50 +452,5 @@ def _split(a):
         cuts = np.cumsum([int(v) for v in a["split_sizes"]])[:-1]
         return tuple(np.split(x, cuts, axis=axis))
     return tuple(np.split(x, int(_scalar(a["num_splits"])), axis=axis))
-
-
-@op("constexpr_affine_dequantize")
-def _affine_dequantize(a):
-    """8-bit weights (iOS16/17): (q - zero_point) * scale, broadcast along `axis`."""
-    q = a["quantized_data"]
-    axis = int(_scalar(a["axis"])) % q.ndim
-    shape = [1] * q.ndim
-    zp, scale = np.asarray(a["zero_point"]), np.asarray(a["scale"])
-    shape[axis] = -1
-    zp = zp.reshape(shape) if zp.size > 1 else zp
-    scale = scale.reshape(shape) if scale.size > 1 else scale
-    return ((q.astype(np.float32) - zp.astype(np.float32)) * scale.astype(np.float32),)
-
-
-@op("constexpr_blockwise_shift_scale")
-def _blockwise_shift_scale(a):
-    """8-bit weights (iOS18): (data - offset) * scale, each scale entry covering a block."""
-    data = a["data"].astype(np.float32)
-    scale = a["scale"]
-    offset = a.get("offset")
-    reps = [d // s for d, s in zip(data.shape, scale.shape)]
-    if offset is not None:
-        data = data - _expand_blocks(offset, reps)
-    return ((data * _expand_blocks(scale, reps)).astype(scale.dtype),)
-
-
-def _expand_blocks(x, reps):
-    out = x.astype(np.float32)
-    for axis, r in enumerate(reps):
-        out = np.repeat(out, r, axis=axis)
-    return out
-
-
-@op("constexpr_lut_to_dense")
-def _lut_to_dense(a):
-    """Palettized weights (iOS16/17 form): lut[indices] with `shape`."""
-    if "shape" not in a:
-        raise UnsupportedOp("constexpr_lut_to_dense (iOS18 form)", "palettize for iOS17 or use linear 8-bit weights")
-    lut, idx = a["lut"], a["indices"]
-    n = int(np.prod(a["shape"]))
-    bits = int(np.log2(lut.shape[-1]))
-    flat = np.unpackbits(idx.astype(np.uint8), bitorder="little").reshape(-1, bits)
-    codes = (flat * (1 << np.arange(bits))).sum(axis=1)[:n]
-    return (lut[codes].reshape([int(v) for v in a["shape"]]),)
 
 

@@ -8,8 +8,10 @@
    photo with PIL's `ImageOps.exif_transpose` of it for all eight EXIF orientations;
 2. runs `swift test` on mobile/ios/Package.swift (ArrcocCore + CoreTests) against the staged bundle
    (ARRCOC_IOS_RESOURCES), the tests asserting Python's numbers themselves and writing their own
-   (ARRCOC_IOS_REPORT), which are compared here once more, and the tokenizer's tests against
-   Python's ids (ARRCOC_IOS_TOKENIZER_CASES, targets/shared/tokenizer_cases.py);
+   (ARRCOC_IOS_REPORT), which are compared here once more, the tokenizer's tests against
+   Python's ids (ARRCOC_IOS_TOKENIZER_CASES, targets/shared/tokenizer_cases.py), and the typed-query
+   tests (TypedQueryTests: contract typed_text, length rules, TokenMeanEncoder against
+   targets/ios/encoder.py's numbers in typed_checks.json, compared here once more);
 3. returns the `app_build` record for the manifest.
 
 Swift: the host's own `swift` when it works (macOS, a swift.org install); else Debian trixie's
@@ -43,7 +45,7 @@ from pipeline import subproc
 from pipeline.errors import GateError
 from pipeline.stages.golden import write_array_bundle
 from pipeline.stages.parity import Gate, parity_metrics
-
+from targets.ios import encoder as ios_encoder
 from targets.shared import tokenizer_cases
 from targets.shared.mobile_contract import pil_upright
 
@@ -61,6 +63,8 @@ NOT_VERIFIED = [
     "(Tests/GoldenParityTests.swift): parsed by swiftc (syntax only), not type-checked or built: Apple's "
     "frameworks and Xcode exist only on macOS",
     "the CoreML runtime on a device or Simulator (GoldenParityTests runs the golden bundle through every package)",
+    "the MiniLM query encoder package (query_encoder.mlpackage) in CoreML: checked with the NumPy MIL "
+    "evaluator at build time (contract.json typed_text.encoder.host_check), never in Apple's runtime",
     "ImageIO's / CoreGraphics' decode of real photos (RelevanceModel.uprightRGB; its re-index Upright.rgb is tested)",
     "UIImage.Orientation -> EXIF value (RelevanceModel.exifOrientation: a UIKit type)",
 ]
@@ -440,6 +444,7 @@ def _compile_and_test(swift: Swift, work: Path, resources: Path, log, keep_repor
             raise GateError(f"iOS core: {what} failed: {first_error(proc.stdout)}",
                             "fix mobile/ios/ArrcocCore or CoreTests (cd mobile/ios && swift test)")
         problems = compare_report(work / "report", json.loads((resources / CHECKS["json"]).read_text()))
+        problems += ios_encoder.compare_swift(work / "report", resources)
         if keep_report is not None:
             shutil.copytree(work / "report", keep_report, dirs_exist_ok=True)
     if problems:

@@ -20,7 +20,6 @@ which re-runs the golden bundle on the phone against the gates written into cont
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -32,11 +31,12 @@ from pipeline.stages.export import MAX_BATCH
 from pipeline.stages.golden import write_bundle
 from pipeline.stages.parity import Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant
-
-from targets.ios import app as ios_app
-from targets.shared import mobile_contract
 from targets.coreml.target import IMAGE_INPUT, mil_runner, mlmodel_runner
-from targets.shared.mobile_contract import bundle_allowance, copy_to_app, write_sample
+from targets.ios import app as ios_app
+from targets.ios import encoder as ios_encoder
+from targets.shared import mobile_contract
+from targets.shared.app_folder import copy_to_app
+from targets.shared.mobile_contract import bundle_allowance, tree_bytes, tree_sha256, write_sample
 
 REPO = Path(__file__).resolve().parents[2]
 APP_RESOURCES = REPO / "mobile" / "ios" / "ArrcocDemo" / "Resources"
@@ -50,19 +50,6 @@ NO_DEVICE = ("the iOS app runs on an iPhone or the iOS Simulator, which need Xco
 
 def app_resources_dir() -> Path:
     return Path(os.environ.get("ARRCOC_IOS_APP_DIR", APP_RESOURCES))
-
-
-def tree_sha256(folder: Path) -> str:
-    """A folder's content hash: sorted relative paths and the sha256 of each file."""
-    h = hashlib.sha256()
-    for p in sorted(q for q in folder.rglob("*") if q.is_file()):
-        h.update(p.relative_to(folder).as_posix().encode() + b"\0")
-        h.update(hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
-
-
-def tree_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def package_entry(cfg, package: Path, report) -> dict:
@@ -100,7 +87,7 @@ def check_packages(data: dict, folder: Path) -> list[str]:
         raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
                           "rebuild with `invoke build --target ios`")
     return [f"contract.json matches {len(data['artifacts'])} .mlpackage(s) by name, bytes and tree sha256, "
-            "plus the golden bundle and sample photo"]
+            "plus the golden bundle and sample photo"] + ios_encoder.check_typed_text(data, folder)
 
 
 class IosTarget(Target):
@@ -110,6 +97,7 @@ class IosTarget(Target):
     modules = ("coremltools",)
     capability = "an iPhone or the iOS Simulator (Xcode on macOS)"
     depends_on = ("coreml",)
+    uses = ("text-encoder",)  # arr-coc-0-1's encoder form, for typed queries (targets/ios/encoder.py)
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         upstream = ctx.upstream["coreml"]
@@ -123,6 +111,8 @@ class IosTarget(Target):
         default = DEFAULT_VARIANT if DEFAULT_VARIANT in artifacts else primary.name
         chosen = next(r for r in upstream.variants if r.variant.name == default)
         budget = sum(r.variant.size_budget for r in upstream.variants) + bundle_allowance(cfg, ctx.golden.heldout)
+        typed_text, encoder = self._typed_text(ctx)
+        budget += encoder.budget if encoder is not None else 0
         # The bundle records the default package's parity gate and the numbers the coreml stage
         # measured on the very same bytes (tree sha256 in contract.json), where that gate was held;
         # this stage itself holds the bundle's size (no iOS runtime here).
@@ -132,6 +122,7 @@ class IosTarget(Target):
         write_sample(ctx, ctx.staging)
         data = mobile_contract.contract(cfg, {}, golden=GOLDEN, presets=mobile_contract.presets_for_build(ctx))
         data["artifacts"] = artifacts
+        data["typed_text"] = typed_text
         data["app"] = {
             "platform": "ios", "default_artifact": default, "sample_image": SAMPLE_IMAGE,
             "sample_golden": mobile_contract.SAMPLE_GOLDEN,
@@ -150,7 +141,8 @@ class IosTarget(Target):
             info={"app_resources": str(app_resources_dir()), "default_artifact": default,
                   "packages": sorted(a["file"] for a in artifacts.values()),
                   "parity_from": f"coreml stage, {default} package ({chosen.runtime})",
-                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"]},
+                  "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"],
+                  "typed_text": ios_encoder.typed_text_summary(typed_text)},
         )
         check_packages(data, ctx.staging)
         variant.info["app_build"] = ios_app.build_and_test(ctx.staging, ctx.log)
@@ -160,6 +152,22 @@ class IosTarget(Target):
                    if build["status"] == "passed" else f" ({build['reason']})"))
         self._publish_to_app(ctx, variant, data)
         return [variant]
+
+    @staticmethod
+    def _typed_text(ctx: BuildContext):
+        """contract.json's typed_text and the query encoder it names (targets/ios/encoder.py):
+        supported only when the encoder passed its gate; one that failed leaves no file behind and
+        the reason in typed_text.why (presets stay the way to query)."""
+        encoder, why = ios_encoder.ios_encoder(ctx)
+        if encoder is not None and not encoder.passed:
+            why = f"the {encoder.kind} {encoder.variant} query encoder failed its gate: {', '.join(encoder.failures)}"
+            encoder.remove()
+            (ctx.staging / ios_encoder.CHECKS_FILE).unlink(missing_ok=True)
+            encoder = None
+        if encoder is None:
+            ctx.log(f"[ios] typed queries: not supported ({why})")
+            return {**mobile_contract.TYPED_TEXT, "why": why}, None
+        return ios_encoder.typed_text_entry(encoder, ctx.config.query_dim), encoder
 
     def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
         """The packages passed the coreml gates; check the bundle's own contract and size, then copy."""

@@ -24,8 +24,9 @@ App-bundle helpers shared by targets/ios/target.py and targets/android/target.py
   bundle_allowance(cfg, split) -> int  bytes for the golden bundle, sample photo and contract
   write_sample(ctx, folder) -> Path    the golden whole photo SAMPLE_GOLDEN (451 x 300) as SAMPLE_IMAGE,
                                        lossless, at its own size
-  copy_to_app(staging, dest)           the staged bundle's files into the app's folder, the user's files
-                                       in and beside it untouched (targets/shared/app_folder.py)
+  tree_bytes(folder), tree_sha256(folder)  an .mlpackage folder's size and content hash
+(app_folder.copy_to_app writes the staged bundle into the app's folder, the user's files in and
+beside it untouched.)
 """
 from __future__ import annotations
 
@@ -34,10 +35,8 @@ import json
 from pathlib import Path
 
 from pipeline.errors import ExportError
-from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
-
-from targets.shared.app_folder import copy_to_app
+from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
 
 CONTRACT_VERSION = 1
 CONTRACT_FILE = "contract.json"
@@ -159,7 +158,7 @@ def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
 TYPED_TEXT = {
     "supported": False,
     "why": ("no tokenizer and query encoder were built for this app: the android stage ships them when its "
-            "encoder passes its gate (targets/app_encoder.py); the iOS app has no CoreML/Swift query encoder yet"),
+            "encoder passes its gate (targets/app_encoder.py), the ios stage when its encoder does (targets/ios/encoder.py)"),
     "encoder": "the text-encoder target's files (its manifest entry) are what such an app would use; "
                "the page (web target) answers typed queries with them",
 }
@@ -290,3 +289,16 @@ def pil_upright(orientation: int, stored):
     im.save(buf, "PNG", exif=exif)
     buf.seek(0)
     return np.asarray(ImageOps.exif_transpose(Image.open(buf)).convert("RGB"))
+
+
+def tree_sha256(folder: Path) -> str:
+    """A folder's content hash: sorted relative paths and the sha256 of each file."""
+    h = hashlib.sha256()
+    for p in sorted(q for q in folder.rglob("*") if q.is_file()):
+        h.update(p.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

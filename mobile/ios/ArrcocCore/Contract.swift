@@ -102,6 +102,8 @@ struct Contract: Decodable {
     let artifacts: [String: ArtifactEntry]
     let golden: GoldenFiles
     let presets: Presets
+    /// Typed queries: the tokenizer and encoder the build shipped, or why there are none (TypedText.swift).
+    let typed_text: TypedText
     let app: AppInfo
 
     /// The folder reference that `invoke build --target ios` fills (see project.yml).

@@ -1,4 +1,6 @@
-// Photo (library or bundled sample) + preset query -> relevance heatmap and top-K patch boxes.
+// Photo (library or bundled sample) + a typed query (when contract.json's typed_text is supported) or
+// a preset -> relevance heatmap and top-K patch boxes. A typed query goes tokenizer -> query encoder ->
+// relevance (QueryEncoder.swift), the time of each step shown; the presets stay as the offline fallback.
 import PhotosUI
 import SwiftUI
 
@@ -9,7 +11,15 @@ final class DemoState: ObservableObject {
     @Published var preset: PresetItem?
     @Published var prediction: Prediction?
     @Published var status = "loading contract.json..."
+    @Published var typed = ""
+    @Published var timing = ""
+    @Published var typedNote = ""
     private var model: RelevanceModel?
+    @Published private var encoder: QueryEncoder?
+    /// The query the heatmap answers: the last typed one, else the preset.
+    private var typedQuery: [Float]?
+
+    var acceptsTypedText: Bool { encoder != nil }
 
     func start() async {
         do {
@@ -19,6 +29,11 @@ final class DemoState: ObservableObject {
             model = try await RelevanceModel(contract: contract)
             status = "model \(model!.entry.file) (\(model!.entry.variant))"
             if contract.presets.items.isEmpty { status = contract.presets.note ?? "no preset queries in contract.json" }
+            if contract.typed_text.supported {
+                do { encoder = try await QueryEncoder.open(contract: contract) } catch { typedNote = "typed queries off: \(error.localizedDescription)" }
+            } else {
+                typedNote = "presets only: \(contract.typed_text.why ?? "this build ships no query encoder")"
+            }
             loadSample()
         } catch {
             status = error.localizedDescription
@@ -32,12 +47,41 @@ final class DemoState: ObservableObject {
     }
 
     func run() {
-        guard let contract, let model, let photo, let preset else { return }
+        guard let query = typedQuery ?? preset?.embedding else { return }
+        _ = predict(query)
+    }
+
+    func choosePreset() {
+        typedQuery = nil
+        timing = ""
+        run()
+    }
+
+    /// The typed text: tokenize -> encode -> relevance, with each step's milliseconds.
+    func runTyped() {
+        guard let encoder, !typed.isEmpty else { return }
         do {
+            let encoded = try encoder.encode(typed)
+            typedQuery = encoded.embedding
+            guard let relevanceMs = predict(encoded.embedding) else { return }
+            timing = String(format: "%d tokens: tokenize %.1f ms, encode %.1f ms, relevance %.1f ms",
+                            encoded.ids.count, encoded.tokenizeMs, encoded.encodeMs, relevanceMs)
+        } catch {
+            timing = error.localizedDescription
+        }
+    }
+
+    /// Relevance for the photo and `query`; the milliseconds it took, or nil on an error (shown).
+    private func predict(_ query: [Float]) -> Double? {
+        guard let contract, let model, let photo else { return nil }
+        do {
+            let start = Date()
             let image = try RelevanceModel.preprocess(photo, contract: contract, entry: model.entry)
-            prediction = try model.predict(image: image, query: preset.embedding)
+            prediction = try model.predict(image: image, query: query)
+            return Date().timeIntervalSince(start) * 1000
         } catch {
             status = error.localizedDescription
+            return nil
         }
     }
 }
@@ -57,13 +101,23 @@ struct ContentView: View {
                 } else {
                     ProgressView()
                 }
-                if let contract = state.contract, !contract.presets.items.isEmpty {
-                    Picker("Query", selection: $state.preset) {
-                        ForEach(contract.presets.items, id: \.self) { Text($0.text).tag(Optional($0)) }
+                HStack {
+                    if state.acceptsTypedText {
+                        TextField("Ask about the photo", text: $state.typed)
+                            .textFieldStyle(.roundedBorder)
+                            .submitLabel(.search)
+                            .onSubmit { state.runTyped() }
                     }
-                    .pickerStyle(.menu)
-                    .onChange(of: state.preset) { _, _ in state.run() }
+                    if let contract = state.contract, !contract.presets.items.isEmpty {
+                        Picker("Preset", selection: $state.preset) {
+                            ForEach(contract.presets.items, id: \.self) { Text($0.text).tag(Optional($0)) }
+                        }
+                        .pickerStyle(.menu)
+                        .onChange(of: state.preset) { _, _ in state.choosePreset() }
+                    }
                 }
+                if !state.timing.isEmpty { Text(state.timing).font(.caption.monospaced()) }
+                if !state.typedNote.isEmpty { Text(state.typedNote).font(.caption).foregroundStyle(.secondary) }
                 if let p = state.prediction, let contract = state.contract {
                     Text(zip(contract.model.weights_order, p.weights).map { "\($0) \(String(format: "%.2f", $1))" }.joined(separator: "  "))
                         .font(.caption.monospaced())
