@@ -152,7 +152,8 @@ def test_build_publishes_a_self_contained_site_within_budget(built):
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
     # a real encoder: related phrases are closer than unrelated ones
     q = presets["queries"]
-    assert emb[q.index("a cat")] @ emb[q.index("a face")] > emb[q.index("a cat")] @ emb[q.index("text and letters")]
+    assert emb[q.index("something red")] @ emb[q.index("something blue")] > \
+        emb[q.index("something red")] @ emb[q.index("the most detailed region")]
 
 
 def test_parity_was_measured_in_the_browser_against_python_onnxruntime(built, golden):
@@ -245,7 +246,7 @@ def test_page_loads_and_draws_a_heatmap_on_sample_photos(page):
     assert heat_pixels(pg) > 0
     # another preset query gives another map
     before = pg.p.evaluate("window.arrcoc.last().relevance")
-    pg.wait_result_change(lambda: pg.p.select_option("#query", label="text and letters"))
+    pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
     assert pg.p.evaluate("window.arrcoc.last().relevance") != before
     if pg.p.locator("#model option[value=int8]").count():  # the onnx-int8 stage published
         pg.wait_result_change(lambda: pg.p.select_option("#model", "int8"))

@@ -46,14 +46,14 @@ SAMPLE_IMAGE = "sample.png"
 SAMPLE_GOLDEN = BUNDLE_WHOLE
 GOLDEN_FILES = {"json": "golden.json", "bin": "golden.bin"}  # names pipeline.stages.golden.write_bundle writes
 
-# Preset queries the sample apps offer (the user picks one; phones carry no text encoder).
+# Preset queries the sample apps offer: what the shipped checkpoint answers on real photos, position,
+# strong colours and the open queries (docs/model.md), as the page's presets; never object names.
 PRESET_SENTENCES = (
-    "a person's face",
-    "text and writing",
-    "an animal",
+    "the top left",
+    "the bottom right",
+    "something red",
+    "something blue",
     "the sky",
-    "a vehicle",
-    "flowers and plants",
     "what stands out?",
     "the most detailed region",
     "anything unusual",

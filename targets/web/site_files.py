@@ -27,12 +27,13 @@ VENDORED = {"onnxruntime-web": (ORT_FILES, "ort"), "@huggingface/tokenizers": (T
 # Sample buttons: whole photos shipped in scikit-image, at their own sizes, as PNG (lossless: the
 # page decodes exactly these pixels). "cat" is the golden set's chelsea/whole (451 x 300).
 SAMPLES = (("cat", "chelsea"), ("astronaut", "astronaut"), ("coffee", "coffee"))
-# Naming queries (the participatory map decides) and open ones where the shipped checkpoint's balancer
-# weighs the texture's own measures (issue 31, docs/training.md): "the most detailed region" leans on
-# the perspectival map (Sobel), "anything unusual" on the information map (entropy), "what stands
-# out?" on both.
-PRESET_QUERIES = ("a face", "a cat", "text and letters", "the sky", "a red object",
-                  "eyes", "a cup of coffee", "the background",
+# What the shipped checkpoint answers on real photos (docs/model.md, scripts/what_it_answers.py):
+# position and strong colours land where asked; object names do not (a scorer of 13 low-level
+# channels per patch cannot name objects), so no preset promises them. The open ones move the
+# balancer's weights to the texture's own measures (issue 31): "the most detailed region" the
+# perspectival map (Sobel), "anything unusual" the information map (entropy), "what stands out?" both.
+PRESET_QUERIES = ("the top left", "the bottom right", "the object in the top right", "something red",
+                  "something blue", "the sky",
                   "what stands out?", "the most detailed region", "anything unusual")
 
 
