@@ -124,8 +124,11 @@ def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract)
     assert mobile_contract.check_files(contract, out / "android") and android.check_bundle(contract, app)
     # the app copy is exactly what was published, nothing more, nothing less (besides the user's files)
     assert tree(out / "android") == bundle_in_app(app)
+    typed = contract["typed_text"]
+    typed_files = {typed["tokenizer"]["file"], typed["encoder"]["file"]} if typed["supported"] else set()
     assert set(bundle_in_app(app)) == {mobile_contract.CONTRACT_FILE, contract["app"]["sample_image"],
-                              *contract["golden"].values(), *(a["file"] for a in contract["artifacts"].values())}
+                              *contract["golden"].values(), *(a["file"] for a in contract["artifacts"].values()),
+                              *typed_files}
 
 
 def test_presets_are_real_embeddings_or_absent_with_a_reason(contract):
@@ -237,8 +240,14 @@ def test_app_looks_where_the_build_copies():
     # ... and every other file is opened through Contract.openAsset with a name read from the contract
     calls = [a.split(",")[1].strip() for text in sources.values() for a in re.findall(r"(?<!fun )(?<!fun Contract\.)openAsset\(([^)]*)\)", text)
              if "," in a]
-    assert calls and all(re.fullmatch(r"(?:(?:contract|c)\.)?(?:golden\.(?:json|bin)|app\.sampleImage)|entry\.file", c)
+    assert calls and all(re.fullmatch(r"(?:(?:contract|c)\.)?(?:golden\.(?:json|bin)|app\.sampleImage)|entry\.file|file", c)
                          for c in calls), calls
+    # `file` above is Contract.checkedFile's parameter (issue 38): its callers pass an artifact entry's
+    # file or typed_text's tokenizer and encoder files, each with the contract's bytes and sha256
+    checked = [a.split(",")[1].strip() for text in sources.values()
+               for a in re.findall(r"(?<!fun Contract\.)checkedFile\(([^)]*)\)", text) if "," in a]
+    assert checked and all(re.fullmatch(r"(?:entry|tok|enc)\.file", c) for c in checked), checked
+    assert "val tok = typed.tokenizer!!" in sources["QueryEncoder.kt"] and "val enc = typed.encoder!!" in sources["QueryEncoder.kt"]
 
 
 def test_kotlin_hard_codes_no_artifact_or_tensor_name(contract):
