@@ -27,8 +27,7 @@ import json, sys
 import numpy as np
 from PIL import Image
 import pipeline
-from pipeline import load
-from pipeline.building import build
+from pipeline import build, load
 
 out, photo, query_file, report = sys.argv[1:5]
 result = build(targets="onnx,ptl", out=out)
