@@ -140,8 +140,8 @@ def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
     fp32 = int8_out / "onnx" / "model.onnx"
     upstream = StageResult(TARGETS["onnx"], "published",
                            variants=[VariantReport(Variant("fp32", [fp32], LOSSLESS, 0, primary=True), "verified")])
-    monkeypatch.setattr(onnx_int8, "SIZE_RATIO", 0.05)
-    monkeypatch.setattr(onnx_int8, "CANDIDATES", quantize.CANDIDATES[2:3])  # keep the test short
+    monkeypatch.setattr(quantize, "SIZE_RATIO", 0.05)
+    monkeypatch.setattr(quantize, "CANDIDATES", quantize.CANDIDATES[2:3])  # keep the test short
     ctx = make_ctx(upstream={"onnx": upstream})
     with pytest.raises(GateError) as err:
         TARGETS["onnx-int8"].build(ctx)

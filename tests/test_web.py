@@ -216,7 +216,7 @@ def test_server_sends_cross_origin_isolation_headers(site):
 def test_missing_browser_is_a_host_capability_error(monkeypatch):
     from pipeline.errors import HostCapabilityError
 
-    monkeypatch.setattr(web_target, "CHROMIUM", Path("/nonexistent/chromium"))
+    monkeypatch.setattr(chromium, "CHROMIUM", Path("/nonexistent/chromium"))
     with pytest.raises(HostCapabilityError, match="chromium") as exc:
         chromium.require_browser()
     assert "setup.sh" in exc.value.fix
