@@ -25,7 +25,7 @@ KILL_POINTS = range(1, 8)  # every _kill_point in pipeline.publishing.publish.pu
 DRIVER = r"""
 import hashlib, json, shutil, sys
 from pathlib import Path
-from pipeline.publishing import publish
+from pipeline.publishing import locking, publish, reading
 
 out = Path(sys.argv[1])
 new = reading.read_manifest(out)
