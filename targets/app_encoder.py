@@ -178,7 +178,6 @@ def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
     """The text-encoder target's numbers for the .pte: cosine to the Python encoder on SENTENCES,
     and relevance parity on the held-out photos, each golden sentence through the .pte."""
     from pipeline.relevance.text_encoder import embed
-
     from targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
     method = _method(path)
@@ -268,10 +267,8 @@ def export_qwen(form):
 def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
     """`published`: targets.web.target.upstream_text_encoder's record of the text-encoder stage's variant."""
     from pipeline.relevance import qwen_query as qq
-
     from targets.shared import onnx_common
-    from targets.text_encoder.target import qwen_embed, qwen_texts
-    from targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
+    from targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX, qwen_embed, qwen_texts
 
     path = ctx.staging / ENCODER_FILE
     ctx.log(f"query encoder for the app: arr-coc-0-1's token-embedding mean -> ExecuTorch ({path.name})")
@@ -298,28 +295,45 @@ def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
 
 def android_encoder(ctx: BuildContext) -> tuple[AppEncoder | None, str]:
     """The app's encoder for this checkpoint, or (None, why there is none)."""
-    from pipeline.errors import MissingExtraError
+    return choose_encoder(ctx, qwen_encoder, minilm_encoder)
 
-    from targets.text_encoder.target import QWEN_KIND
-    from targets.text_encoder.target import upstream_text_encoder
+
+def choose_encoder(ctx: BuildContext, qwen_form, minilm_form):
+    """Which encoder an app ships, the same rule for both apps: arr-coc-0-1's token mean when the
+    text-encoder stage built it (`qwen_form(ctx, published)`), MiniLM for our D=384 checkpoints
+    (`minilm_form(ctx)`), else (None, why there is none)."""
+    from pipeline.errors import MissingExtraError
+    from targets.text_encoder.target import QWEN_KIND, upstream_text_encoder
 
     published, why = upstream_text_encoder(ctx)
     if published is not None and published["kind"] == QWEN_KIND:
-        return qwen_encoder(ctx, published), ""
+        return qwen_form(ctx, published), ""
     if ctx.options.get("base_model") or ctx.config.query_dim != 384:
         return None, (why or "the text-encoder stage built no encoder of this checkpoint's width") + \
             "; typed text needs it (build with --target text-encoder and, for a reference checkpoint, --base-model)"
     try:
-        return minilm_encoder(ctx), ""
+        return minilm_form(ctx), ""
     except MissingExtraError as exc:
         return None, exc.one_line()
+
+
+def tokenizer_entry(tok: Path, kind: str) -> dict:
+    """contract.json's typed_text.tokenizer, for both apps: the file by name, bytes and sha256, and the
+    special tokens and truncation the app's encoder gets (as the Python encoder applies them)."""
+    from pipeline.relevance.text_encoder import MAX_TOKENS
+    from targets.shared.mobile_contract import _sha256
+
+    qwen = kind == "qwen-token-mean"
+    return {"file": tok.name, "bytes": tok.stat().st_size, "sha256": _sha256(tok),
+            "kind": TOKENIZER_KINDS[kind], "add_special_tokens": not qwen,
+            "max_length": None if qwen else MAX_TOKENS,
+            "truncation": None if qwen else f"cut to {MAX_TOKENS} ids, [SEP] kept last (as Python)"}
 
 
 def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     """contract.json's typed_text for a verified encoder: the tokenizer file and the encoder .pte
     by name, bytes and sha256, the encoder's input, output, lengths, gate and measured numbers."""
     from pipeline.relevance.text_encoder import MAX_TOKENS
-
     from targets.shared.mobile_contract import _sha256
 
     pte, tok = encoder.files
@@ -327,10 +341,7 @@ def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     max_length = QWEN_MAX_TOKENS if qwen else MAX_TOKENS
     return {
         "supported": True,
-        "tokenizer": {"file": tok.name, "bytes": tok.stat().st_size, "sha256": _sha256(tok),
-                      "kind": TOKENIZER_KINDS[encoder.kind], "add_special_tokens": not qwen,
-                      "max_length": None if qwen else MAX_TOKENS,
-                      "truncation": None if qwen else f"cut to {MAX_TOKENS} ids, [SEP] kept last (as Python)"},
+        "tokenizer": tokenizer_entry(tok, encoder.kind),
         "encoder": {"file": pte.name, "bytes": pte.stat().st_size, "sha256": _sha256(pte), "kind": encoder.kind,
                     "variant": encoder.variant, "method": "forward", "runtime": runtime,
                     "inputs": [{"name": "input_ids", "dtype": "int64", "shape": ["tokens"] if qwen else [1, "tokens"]}],

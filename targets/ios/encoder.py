@@ -43,7 +43,14 @@ import numpy as np
 from pipeline.errors import ExportError
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate, parity_metrics
 from pipeline.stages.target import BuildContext, expect_file
-from targets.app_encoder import TOKENIZER_FILE, TOKENIZER_KINDS, copy_tokenizer_json, form_from_onnx, minilm_ids
+from targets.app_encoder import (
+    TOKENIZER_FILE,
+    choose_encoder,
+    copy_tokenizer_json,
+    form_from_onnx,
+    minilm_ids,
+    tokenizer_entry,
+)
 
 PACKAGE_FILE = "query_encoder.mlpackage"
 TABLE_FILE = "query_encoder.tokenmean"
@@ -299,20 +306,8 @@ def minilm_encoder(ctx: BuildContext) -> IosEncoder:
 
 
 def ios_encoder(ctx: BuildContext) -> tuple[IosEncoder | None, str]:
-    """The app's encoder for this checkpoint, or (None, why there is none)."""
-    from pipeline.errors import MissingExtraError
-    from targets.text_encoder.target import QWEN_KIND, upstream_text_encoder
-
-    published, why = upstream_text_encoder(ctx)
-    if published is not None and published["kind"] == QWEN_KIND:
-        return qwen_encoder(ctx, published), ""
-    if ctx.options.get("base_model") or ctx.config.query_dim != 384:
-        return None, (why or "the text-encoder stage built no encoder of this checkpoint's width") + \
-            "; typed text needs it (build with --target text-encoder and, for a reference checkpoint, --base-model)"
-    try:
-        return minilm_encoder(ctx), ""
-    except MissingExtraError as exc:
-        return None, exc.one_line()
+    """The app's encoder for this checkpoint, or (None, why there is none): Android's rule."""
+    return choose_encoder(ctx, qwen_encoder, minilm_encoder)
 
 
 def typed_text_entry(encoder: IosEncoder, query_dim: int) -> dict:
@@ -338,36 +333,10 @@ def typed_text_entry(encoder: IosEncoder, query_dim: int) -> dict:
                  "min_length": 2, "max_length": MAX_TOKENS, "too_long": "never: the tokenizer cuts at max_length"}
     return {
         "supported": True,
-        "tokenizer": {"file": tok.name, "bytes": tok.stat().st_size, "sha256": _sha256(tok),
-                      "kind": TOKENIZER_KINDS[encoder.kind], "add_special_tokens": not qwen,
-                      "max_length": None if qwen else MAX_TOKENS,
-                      "truncation": None if qwen else f"cut to {MAX_TOKENS} ids, [SEP] kept last (as Python)"},
+        "tokenizer": tokenizer_entry(tok, encoder.kind),
         "encoder": {**files, "kind": encoder.kind, "variant": encoder.variant, "gate": encoder.gate.to_dict(),
                     "host_check": {**encoder.host_check, "metrics": dict(encoder.metrics)}, "info": encoder.info},
     }
-
-
-def check_typed_text(data: dict, folder: Path) -> list[str]:
-    """typed_text's tokenizer and encoder (file or package) are in `folder` as the contract records them."""
-    from targets.shared.mobile_contract import _sha256, tree_bytes, tree_sha256
-
-    typed = data.get("typed_text") or {}
-    if not typed.get("supported"):
-        return []
-    problems = []
-    for part in ("tokenizer", "encoder"):
-        entry = typed[part]
-        path = Path(folder) / entry["file"]
-        if not path.exists():
-            problems.append(f"typed_text {part} {entry['file']} missing")
-            continue
-        size, digest = (tree_bytes(path), tree_sha256(path)) if path.is_dir() else (path.stat().st_size, _sha256(path))
-        if (size, digest) != (entry["bytes"], entry["sha256"]):
-            problems.append(f"typed_text {part} {entry['file']} differs from the contract (bytes/sha256)")
-    if problems:
-        raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
-                          "rebuild with `invoke build --target ios`")
-    return [f"typed_text: {typed['tokenizer']['file']} and {typed['encoder']['file']} match by name, bytes and sha256"]
 
 
 def typed_text_summary(typed: dict) -> dict:

@@ -87,7 +87,7 @@ def check_packages(data: dict, folder: Path) -> list[str]:
         raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
                           "rebuild with `invoke build --target ios`")
     return [f"contract.json matches {len(data['artifacts'])} .mlpackage(s) by name, bytes and tree sha256, "
-            "plus the golden bundle and sample photo"] + ios_encoder.check_typed_text(data, folder)
+            "plus the golden bundle and sample photo"] + mobile_contract.check_typed_text_files(data, folder)
 
 
 class IosTarget(Target):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import secrets
@@ -36,18 +35,11 @@ import stat
 from pathlib import Path
 
 from pipeline.errors import OutputDirError
+from pipeline.relevance.checkpoint import sha256_file
 
 RECORD = ".arrcoc-edge-files.json"
 RECORD_VERSION = 1
 RECORD_MAX_BYTES = 4 << 20  # a record lists a few dozen files: anything larger is not ours
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _refuse(problem: str, fix: str):
@@ -102,13 +94,13 @@ def _is_ours(path: Path, shas: list[str]) -> bool:
         st = path.lstat()
     except FileNotFoundError:
         return False
-    return stat.S_ISREG(st.st_mode) and _sha256(path) in shas
+    return stat.S_ISREG(st.st_mode) and sha256_file(path) in shas
 
 
 def _plan(staging: Path, dest: Path, record: dict) -> dict[str, str]:
     """{rel: sha256} of every staged file; refuses (before anything is written) a path that holds
     the user's file, or a link or non-folder where a folder is needed."""
-    wanted = {p.relative_to(staging).as_posix(): _sha256(p) for p in sorted(staging.rglob("*")) if p.is_file()}
+    wanted = {p.relative_to(staging).as_posix(): sha256_file(p) for p in sorted(staging.rglob("*")) if p.is_file()}
     for rel, sha in wanted.items():
         for parent in reversed(Path(rel).parents[:-1]):
             try:
@@ -124,7 +116,7 @@ def _plan(staging: Path, dest: Path, record: dict) -> dict[str, str]:
         if _is_ours(target, record["files"].get(rel, [])):
             continue
         st = target.lstat()
-        if stat.S_ISREG(st.st_mode) and st.st_size == os.stat(staging / rel).st_size and _sha256(target) == sha:
+        if stat.S_ISREG(st.st_mode) and st.st_size == os.stat(staging / rel).st_size and sha256_file(target) == sha:
             continue  # already the very bytes the build writes: nothing of the user's to lose
         _refuse(f"{target} is not a file this build wrote (yours, or changed since), and the build writes {rel} there",
                 f"move {target} out of {dest}, then rebuild")

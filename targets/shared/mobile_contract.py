@@ -232,7 +232,8 @@ def check_files(data: dict, folder: Path) -> list[str]:
 
 
 def check_typed_text_files(data: dict, folder: Path) -> list[str]:
-    """The tokenizer and encoder typed_text names are in `folder` with the recorded bytes and sha256."""
+    """The tokenizer and encoder typed_text names (files, or an .mlpackage folder) are in `folder` with
+    the recorded bytes and sha256."""
     typed = data.get("typed_text") or {}
     if not typed.get("supported"):
         return []
@@ -240,9 +241,12 @@ def check_typed_text_files(data: dict, folder: Path) -> list[str]:
     for part in ("tokenizer", "encoder"):
         entry = typed[part]
         path = Path(folder) / entry["file"]
-        if not path.is_file():
+        if not path.exists():
             problems.append(f"typed_text {part} {entry['file']} missing")
-        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            continue
+        # an .mlpackage (iOS's CoreML encoder) is a folder: its size and content hash as tree_* count them
+        size, digest = (tree_bytes(path), tree_sha256(path)) if path.is_dir() else (path.stat().st_size, _sha256(path))
+        if (size, digest) != (entry["bytes"], entry["sha256"]):
             problems.append(f"typed_text {part} {entry['file']} differs from the contract (bytes/sha256)")
     if problems:
         raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",

@@ -19,7 +19,6 @@ the world-writable $TMPDIR, so classes planted under a broken source's key passe
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -27,20 +26,14 @@ import stat
 import tempfile
 from pathlib import Path
 
+from pipeline.relevance.checkpoint import sha256_file
+
 MANIFEST = "entry.json"
 MANIFEST_MAX_BYTES = 16 << 20
 
 
 class CacheUnusable(Exception):
     """The cache folder cannot be trusted or made; str() says why in one line."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def private_dir_problem(path: Path) -> str | None:
@@ -121,13 +114,13 @@ def check_entry(entry: Path, key: str) -> str | None:
     if set(found) != set(files):
         extra, missing = sorted(set(found) - set(files)), sorted(set(files) - set(found))
         return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"
-    changed = [rel for rel, path in sorted(found.items()) if _sha256(path) != files[rel]]
+    changed = [rel for rel, path in sorted(found.items()) if sha256_file(path) != files[rel]]
     return f"{changed[0]} changed since it was sealed" if changed else None
 
 
 def seal(entry: Path, key: str) -> None:
     """Write the manifest: the key and the sha256 of every file now in `entry`."""
-    files = {p.relative_to(entry).as_posix(): _sha256(p) for p in sorted(entry.rglob("*")) if p.is_file()}
+    files = {p.relative_to(entry).as_posix(): sha256_file(p) for p in sorted(entry.rglob("*")) if p.is_file()}
     (entry / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1, sort_keys=True) + "\n")
 
 
