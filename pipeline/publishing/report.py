@@ -371,8 +371,10 @@ def _isa_html(manifest: dict) -> str:
            "<th>relevance max abs vs this host</th><th>ms/call</th><th>runtime</th></tr>"]
     for r in rows:
         klass = "failed" if r["measured"] and not r["passed"] else ("verified" if r["measured"] else "unverified")
-        cells = "".join(f"<td data-metric='{m}'>{fmt_metric(r['metrics'].get(m))}</td>" for m in METRICS)
-        out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}' "
+        # attributes of their own: the parity table's data-target/data-variant/data-metric cells are
+        # this host's numbers, and a reader of those must not pick up another ISA's
+        cells = "".join(f"<td data-isa-metric='{m}'>{fmt_metric(r['metrics'].get(m))}</td>" for m in METRICS)
+        out.append(f"<tr data-isa-target='{html.escape(r['target'])}' data-isa-variant='{html.escape(r['variant'])}' "
                    f"data-isa='{html.escape(r['isa'])}'><td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>"
                    f"<td>{html.escape(r['isa'])}</td><td class='{klass}' data-field='isa-status'>{html.escape(r['status'])}</td>"
                    f"{cells}<td>{fmt_metric(r['vs_host'])}</td><td>{fmt_metric(r['ms_per_call'])}</td>"

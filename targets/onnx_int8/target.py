@@ -132,7 +132,7 @@ class OnnxInt8Target(Target):
         # through onnxruntime or the page): its gate also holds on onnxruntime's arm64 kernels
         if arm64.host_runs_arm64():
             return {}  # this host's own run already is arm64's
-        return {arm64.ISA: lambda: arm64.arm64_runner(variant.files[0])}
+        return {isa: (lambda isa=isa: arm64.arm64_runner(variant.files[0], isa=isa)) for isa in arm64.CPUS}
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
         return onnx_common.ort_runner(out / entry["variants"][variant]["files"][0], threads=threads or 0)  # .onnx or .ort

@@ -30,6 +30,14 @@ from pipeline.errors import GateError, HostCapabilityError
 from pipeline.stages.target import Runner
 
 ISA = "aarch64 (emulated)"
+# The qemu CPU models each model is checked on. onnxruntime's MLAS picks its int8 GEMM by the CPU's
+# features (i8mm: SMMLA; dot product: SDOT; else plain NEON) and its FP32 kernels by SVE and NEON,
+# so one run per kernel path phones take: qemu's `max` (SVE2, i8mm: the newest phones' cores) and a
+# Cortex-A55 (dot product, no i8mm or SVE: the little core of most phones in use, the A76/A78 class).
+CPUS = {
+    ISA: ("max", "qemu's max: NEON, dot product, i8mm, SVE2"),
+    "aarch64 dot product (emulated Cortex-A55)": ("cortex-a55", "Cortex-A55: NEON and dot product, no i8mm or SVE"),
+}
 DEFAULT_ROOT = "/var/cache/arrcoc-edge/arm64-bookworm"
 READY_MARKER = ".arrcoc-arm64-ready"  # written by scripts/setup.d/60-arm64-emulation.sh
 WORKER = Path(__file__).with_name("arm64_worker.py")
@@ -80,17 +88,18 @@ def marker_lines(root: Path) -> list[str]:
     return (root / READY_MARKER).read_text().splitlines()
 
 
-def arm64_runner(model: Path, timeout: float | None = None) -> Runner:
-    """`model` (.onnx or .ort) in the aarch64 onnxruntime under qemu-user. Runner.run_many runs a list
-    of batches in one emulated process; Runner.facts then holds what the emulator reported and the
-    time per call."""
+def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA) -> Runner:
+    """`model` (.onnx or .ort) in the aarch64 onnxruntime under qemu-user, on `isa`'s CPU model (CPUS).
+    Runner.run_many runs a list of batches in one emulated process; Runner.facts then holds what the
+    emulator reported (machine, onnxruntime version, the CPU features it saw) and the time per call."""
     root = emulation_root()
     lines = marker_lines(root)
     qemu = lines[1].split(" (")[0] if len(lines) > 1 else "qemu-aarch64"
     limit = timeout or timeout_s()
+    cpu, cpu_text = CPUS[isa]
     runner = Runner(run=lambda inputs: run_many([inputs])[0],
-                    runtime=f"onnxruntime (aarch64 wheel, 1 thread) under {qemu}")
-    runner.facts = {"emulator": qemu, "cpu": "qemu's default for aarch64 user mode (max: NEON, dot product, i8mm)"}
+                    runtime=f"onnxruntime (aarch64 wheel, 1 thread) under {qemu} -cpu {cpu}")
+    runner.facts = {"emulator": qemu, "cpu": cpu_text}
 
     def run_many(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         started = time.monotonic()
@@ -100,14 +109,15 @@ def arm64_runner(model: Path, timeout: float | None = None) -> Runner:
             shapes = [f"{len(b['image'])} x {b['image'].shape[1]}x{b['image'].shape[2]}" if "image" in b else "-"
                       for b in batches]
             np.savez(folder / "inputs.npz", count=np.array(len(batches)), **arrays)
-            facts = _emulate(root, model, folder, limit)
+            facts = _emulate(root, model, folder, limit, cpu)
             with np.load(folder / "outputs.npz") as data:
                 results = [{key.split("_", 1)[1]: data[key] for key in data.files if key.startswith(f"b{i}_")}
                            for i in range(len(batches))]
         runner.runtime = (f"onnxruntime {facts['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, 1 thread) "
-                          f"on {facts['machine']} under {qemu}")
+                          f"on {facts['machine']} under {qemu} -cpu {cpu}")
         calls = facts["call_ms"]
         runner.facts.update(machine=facts["machine"], onnxruntime=facts["onnxruntime"], python=facts["python"],
+                            cpu_features=facts.get("cpu_features"),
                             load_ms=facts["load_ms"], calls=len(calls),
                             ms_per_call_median=round(statistics.median(calls), 1) if calls else None,
                             ms_per_call_max=max(calls) if calls else None,
@@ -120,10 +130,10 @@ def arm64_runner(model: Path, timeout: float | None = None) -> Runner:
     return runner
 
 
-def _emulate(root: Path, model: Path, folder: Path, limit: float) -> dict:
+def _emulate(root: Path, model: Path, folder: Path, limit: float, cpu: str) -> dict:
     """One emulated process: the worker over folder/inputs.npz. Returns the facts it wrote."""
     sysroot, facts_path = root / "sysroot", folder / "facts.json"
-    cmd = [str(root / "qemu-aarch64"), "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"), "-I", str(WORKER),
+    cmd = [str(root / "qemu-aarch64"), "-cpu", cpu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"), "-I", str(WORKER),
            str(root / "site"), str(Path(model).resolve()), str(folder / "inputs.npz"), str(folder / "outputs.npz"),
            str(facts_path)]
     # a clean environment: the user's QEMU_* or PYTHON* variables must not change what runs

@@ -21,6 +21,15 @@ def write_facts(path: str, facts: dict) -> None:
     os.replace(tmp, path)
 
 
+def cpu_features() -> str | None:
+    """The CPU features the emulated kernel reports: what onnxruntime's kernel choice sees."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("Features")), None)
+    except OSError:
+        return None
+
+
 def main(argv: list[str]) -> int:
     site, model, inputs, outputs, facts_path = argv[1:6]
     sys.path.insert(0, site)
@@ -28,7 +37,7 @@ def main(argv: list[str]) -> int:
     import onnxruntime as ort
 
     facts = {"machine": platform.machine(), "onnxruntime": ort.__version__, "numpy": np.__version__,
-             "python": platform.python_version(), "stage": "imported"}
+             "python": platform.python_version(), "cpu_features": cpu_features(), "stage": "imported"}
     write_facts(facts_path, facts)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # as the host's runner
