@@ -33,7 +33,11 @@ def int8_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("arm64-out")
     proc = run_cli("build", "--target", "onnx-int8", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    BUILD_STDOUT.append(proc.stdout)
     return out
+
+
+BUILD_STDOUT: list[str] = []
 
 
 def _variants(out: Path) -> dict:
@@ -69,6 +73,9 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
             assert "asimddp" in features and ("i8mm" in features) == (cpu == "max")
             # the ARM kernels agree with this host's on every sample's top-K
             assert arm["vs_host"]["topk_overlap_min"] == 1.0
+    # the build's table says it too, in its parity column
+    table = [line for line in BUILD_STDOUT[0].splitlines() if line.startswith("onnx-int8 ")]
+    assert len(table) == 3 and all("; emulated ISAs: 2 of 2 passed" in line for line in table), table
     report = (int8_out / "REPORT.md").read_text()
     assert "## Parity per instruction set" in report
     for name in variants:
