@@ -14,10 +14,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+case "$(uname -m)" in
+    aarch64|arm64) exit 0 ;;  # this host's own kernels are arm64's: nothing to emulate
+esac
+if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+    echo "setup: no arm64 emulation: this host has no apt-get/dpkg-deb (Debian; macOS runs its own arm64 kernels); see docs/targets.md (arm64)" >&2
+    exit 0
+fi
 root=$(realpath -m "${ARRCOC_ARM64_ROOT:-/var/cache/arrcoc-edge/arm64-bookworm}")
 marker=$root/.arrcoc-arm64-ready     # keep in step with targets/shared/arm64.py READY_MARKER
 pins=$(grep -E '^(onnxruntime|numpy)==' constraints.txt | sort | tr '\n' ' ')
-want="wheels: ${pins% }"
+# RECIPE: bump it when what this script fetches changes, so a root made by the old recipe is made again
+RECIPE=1
+want="recipe $RECIPE; wheels: ${pins% }"
 if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
     exit 0
 fi
@@ -25,13 +34,6 @@ if [ "$(id -u)" != 0 ]; then
     echo "setup: no arm64 emulation at $root (the onnx-int8 target then records its arm64 check as not measured); as root run: bash scripts/setup.sh" >&2
     exit 0
 fi
-if ! command -v apt-get >/dev/null; then
-    echo "setup: no arm64 emulation: this host has no apt-get (Debian); see docs/targets.md (arm64)" >&2
-    exit 0
-fi
-case "$(uname -m)" in
-    aarch64) echo "setup: this host is arm64 itself; the onnx-int8 target runs its own kernels" >&2; exit 0 ;;
-esac
 
 mkdir -p "$(dirname "$root")"
 lock=$root.lock
