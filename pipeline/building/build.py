@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import ArrcocError, BuildInterrupted, HostCapabilityError, MissingExtraError, NotApplicableError
+from pipeline.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
+                             NotApplicableError)
 from pipeline.publishing import folder_state, locking, publish, reading, takeover
 from pipeline.publishing import manifest as manifest_mod
 from pipeline.relevance.checkpoint import load_checkpoint
@@ -31,6 +32,8 @@ class VariantReport:
     checks: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     outputs: dict | None = None  # the runtime's held-out outputs, for the report's side-by-side maps
+    # parity per instruction set: this host's and each one the target also runs the variant on
+    by_isa: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -102,11 +105,57 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
     expected = variant.reference(heldout) if variant.reference else heldout.expected
     metrics.update(parity_metrics(expected, got, variant.gate.tie_tolerance))
     failures = variant.gate.failures(metrics)
+    by_isa = {}
+    loaders = target.other_isas(ctx, variant)
+    if loaders:
+        by_isa[host_isa()] = {"measured": True, "runtime": runner.runtime, "passed": not failures,
+                              "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"}}
+        for isa, load in loaders.items():
+            by_isa[isa] = verify_on_isa(target.name, isa, load, variant, heldout, expected, got, ctx.log,
+                                        host_failed=bool(failures))
+            failures += [f"{isa}: {f}" for f in by_isa[isa].get("failures", [])]
     if failures:
         status = "failed"
     else:
         status = "verified" if runner.authoritative else "unverified"
-    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got)
+    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got, by_isa)
+
+
+def host_isa() -> str:
+    """This host's instruction set as the manifest names it (x86_64, aarch64)."""
+    return platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+def verify_on_isa(name: str, isa: str, load, variant: Variant, heldout, expected: dict, host_got: dict, log,
+                  host_failed: bool) -> dict:
+    """The held-out split through `variant` on another instruction set's kernels, held to the same
+    gate. Unavailable (HostCapabilityError) -> not measured, with the reason; the variant's status
+    is then this host's. A GateError from the run (the runtime died on the model) is a failure."""
+    if host_failed:
+        return {"measured": False, "reason": f"not measured: the variant failed on {host_isa()} already"}
+    try:
+        runner = load()
+        log(f"[{name}] {variant.name}: {len(heldout)} held-out samples on {isa}")
+        started = time.monotonic()
+        try:
+            got = run_split(runner, heldout)
+        finally:
+            runner.close()
+    except HostCapabilityError as exc:
+        log(f"[{name}] {variant.name}: not measured on {isa}: {exc.problem}")
+        return {"measured": False, "reason": f"not measured: {exc.problem}", "fix": exc.fix}
+    except GateError as exc:
+        return {"measured": True, "passed": False, "failures": [exc.problem], "metrics": {}}
+    metrics = parity_metrics(expected, got, variant.gate.tie_tolerance)
+    failures = variant.gate.parity_failures(metrics)
+    against_host = parity_metrics(host_got, got, variant.gate.tie_tolerance)
+    record = {"measured": True, "runtime": runner.runtime, "passed": not failures, "metrics": metrics,
+              "vs_host": {k: against_host[k] for k in ("relevance_max_abs", "weights_max_abs", "topk_overlap_min",
+                                                          "topk_overlap_strict_mean")},
+              "seconds": round(time.monotonic() - started, 1), **({"facts": runner.facts} if runner.facts else {})}
+    if failures:
+        record["failures"] = failures
+    return record
 
 
 def run_stage(target: Target, ctx: BuildContext) -> StageResult:

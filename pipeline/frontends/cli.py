@@ -19,11 +19,25 @@ def parity_cell(report) -> str:
     m = report.metrics
     if "topk_overlap_mean" not in m:
         return "not measured"
-    text = f"rel max {m['relevance_max_abs']:.1e}, top-K {m['topk_overlap_mean']:.3f}"
+    text = f"rel max {m['relevance_max_abs']:.1e}, top-K {m['topk_overlap_mean']:.3f}" + _other_isas(report)
     source = report.variant.info.get("parity_from")  # numbers measured by another stage (app bundles)
     if source:
         return f"{text} (from {source.split(',')[0]})"
     return text if report.status != "unverified" else text + " (reference check)"
+
+
+def _other_isas(report) -> str:
+    """The variant's runs on other instruction sets' kernels (the phones' arm64, emulated), in a few
+    words: how many passed the same gate, or that none could be measured here."""
+    from pipeline.building.build import host_isa
+
+    others = [r for isa, r in (getattr(report, "by_isa", None) or {}).items() if isa != host_isa()]
+    if not others:
+        return ""
+    measured = [r for r in others if r.get("measured")]
+    if not measured:
+        return "; emulated ISAs not measured"
+    return f"; emulated ISAs: {sum(bool(r.get('passed')) for r in measured)} of {len(others)} passed"
 
 
 def summary_rows(result) -> list[list[str]]:

@@ -48,7 +48,7 @@ def file_entries(paths: list[Path], staging: Path, target: str) -> list[dict]:
 
 def _parity(report) -> dict:
     v = report.variant
-    return {
+    parity = {
         "metrics": report.metrics,
         "gate": v.gate.to_dict(),
         "passed": report.status != "failed" and not report.failures,
@@ -56,6 +56,9 @@ def _parity(report) -> dict:
         "runtime": report.runtime,
         "reference": v.reference_name,
     }
+    if report.by_isa:  # the same gate on other kernels: {"x86_64": {...}, "aarch64 (emulated)": {...}}
+        parity["by_isa"] = report.by_isa
+    return parity
 
 
 def _variant_entry(report, staging: Path, target: str) -> dict:

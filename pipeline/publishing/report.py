@@ -264,6 +264,7 @@ def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: G
         "<link rel='icon' href='data:,'>", f"<style>{_CSS}</style></head><body>",
         "<h1>arrcoc-edge build report</h1>", _header(manifest),
         "<h2>Targets</h2>", _status_table(manifest), "<h2>Parity against the gates</h2>", _parity_table(rows),
+        "<h2>Parity per instruction set</h2>", _isa_html(manifest),
         "<h2>Balancer weights per preset</h2>", _weights_html(weights),
         "<h2>Sample apps: compiled and tested on this host</h2>", _apps_html(manifest),
         "<h2>Sizes</h2>", (f"<img alt='sizes' src='data:image/png;base64,{size_figure(rows, onnx.get('size', {}).get('bytes'))}'>"
@@ -334,6 +335,64 @@ def _parity_table(rows: list[dict]) -> str:
                    f"<td data-metric='size_bytes'>{' '.join(size_cells(r['bytes'], r['budget']))}</td>"
                    f"{''.join(cells)}<td><small>{html.escape(r['runtime'])}</small></td></tr>")
     return "".join(out) + "</table>"
+
+
+def isa_rows(manifest: dict) -> list[dict]:
+    """One row per variant and instruction set whose kernels ran it (parity.by_isa): this host's
+    and the emulated ones, each measured against the same gate or "not measured: <reason>"."""
+    rows = []
+    for name, entry in manifest.get("targets", {}).items():
+        for vname, v in (entry.get("variants") or {}).items():
+            parity = (v or {}).get("parity") or {}
+            # this host's kernels first, then the emulated ones
+            for isa, rec in sorted((parity.get("by_isa") or {}).items(), key=lambda kv: "emulated" in kv[0]):
+                facts = rec.get("facts") or {}
+                if not rec.get("measured"):
+                    status = rec.get("reason") or "not measured"
+                else:
+                    status = "passed" if rec.get("passed") else "FAILED: " + "; ".join(rec.get("failures") or [])
+                rows.append({"target": name, "variant": vname, "isa": isa, "status": status,
+                             "measured": bool(rec.get("measured")), "passed": rec.get("passed"),
+                             "metrics": rec.get("metrics") or {}, "gate": parity.get("gate") or {},
+                             "runtime": rec.get("runtime") or "-", "ms_per_call": facts.get("ms_per_call_median"),
+                             "vs_host": (rec.get("vs_host") or {}).get("relevance_max_abs")})
+    return rows
+
+
+def _isa_html(manifest: dict) -> str:
+    rows = isa_rows(manifest)
+    if not rows:
+        return "<p>No variant in this publish is also checked on another instruction set's kernels.</p>"
+    head = "".join(f"<th>{m}</th>" for m in METRICS)
+    out = ["<p>The phones run arm64 kernels; where this host can emulate them (qemu-user), the same held-out "
+           "split runs there and is held to the same gate. ms/call: median per call in the emulator "
+           "(emulation is many times slower than a phone; only parity is compared).</p>",
+           f"<table><tr><th>target</th><th>variant</th><th>instruction set</th><th>status</th>{head}"
+           "<th>relevance max abs vs this host</th><th>ms/call</th><th>runtime</th></tr>"]
+    for r in rows:
+        klass = "failed" if r["measured"] and not r["passed"] else ("verified" if r["measured"] else "unverified")
+        # attributes of their own: the parity table's data-target/data-variant/data-metric cells are
+        # this host's numbers, and a reader of those must not pick up another ISA's
+        cells = "".join(f"<td data-isa-metric='{m}'>{fmt_metric(r['metrics'].get(m))}</td>" for m in METRICS)
+        out.append(f"<tr data-isa-target='{html.escape(r['target'])}' data-isa-variant='{html.escape(r['variant'])}' "
+                   f"data-isa='{html.escape(r['isa'])}'><td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>"
+                   f"<td>{html.escape(r['isa'])}</td><td class='{klass}' data-field='isa-status'>{html.escape(r['status'])}</td>"
+                   f"{cells}<td>{fmt_metric(r['vs_host'])}</td><td>{fmt_metric(r['ms_per_call'])}</td>"
+                   f"<td><small>{html.escape(r['runtime'])}</small></td></tr>")
+    return "".join(out) + "</table>"
+
+
+def _isa_markdown(manifest: dict) -> list[str]:
+    rows = isa_rows(manifest)
+    if not rows:
+        return []
+    lines = ["", "## Parity per instruction set", "",
+             "| target | variant | instruction set | status | relevance mean abs | top-K mean | top-K min | ms/call |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['target']} | {r['variant']} | {r['isa']} | {r['status'].replace('|', '/')} | "
+              f"{fmt_metric(r['metrics'].get('relevance_mean_abs'))} | {fmt_metric(r['metrics'].get('topk_overlap_mean'))} | "
+              f"{fmt_metric(r['metrics'].get('topk_overlap_min'))} | {fmt_metric(r['ms_per_call'])} |" for r in rows]
+    return lines
 
 
 def app_builds(manifest: dict) -> list[tuple[str, dict]]:
@@ -443,6 +502,7 @@ def render_markdown(manifest: dict, bench: dict | None, weights: dict | None = N
         lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {' '.join(size_cells(r['bytes'], r['budget']))} | "
                      f"{fmt_metric(m.get('relevance_max_abs'))} | {fmt_metric(m.get('topk_overlap_mean'))} | "
                      f"{fmt_metric(m.get('topk_overlap_min'))} | {r['reason'].replace('|', '/')} |")
+    lines += _isa_markdown(manifest)
     lines += _weights_markdown(weights)
     lines += _apps_markdown(manifest)
     if bench and bench.get("rows"):

@@ -66,6 +66,10 @@ class Runner:
     max_batch: int = 8
     reason: str | None = None  # why it is not authoritative
     close: Callable[[], None] = lambda: None
+    # Optional: many batches in one call (a runtime whose start-up is slow: an emulated process
+    # per model, not per batch). run_split uses it when present.
+    run_many: Callable[[list[Arrays]], list[Arrays]] | None = None
+    facts: dict = field(default_factory=dict)  # what the runtime reported of itself (recorded)
 
 
 @dataclass
@@ -117,6 +121,13 @@ class Target:
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         raise NotImplementedError
 
+    def other_isas(self, ctx: BuildContext, variant: Variant) -> dict[str, Callable[[], Runner]]:
+        """Optional: instruction sets other than this host's whose kernels `variant` also runs on
+        (the phones' arm64, emulated), each a label -> a loader of the artifact there. The core runs
+        the same held-out split through each and holds it to the variant's gate; a loader or run
+        raising HostCapabilityError is recorded as not measured, with its reason."""
+        return {}
+
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner | None:
         """Optional: published variant `variant` (its files listed in `entry`, under `out`) loaded in
         this target's real runtime, for `invoke predict` and `pipeline.load`. None: no runtime for it
@@ -164,8 +175,12 @@ def run_split(runner: Runner, split: GoldenSplit) -> dict[str, np.ndarray]:
     """Run a split through a runner: the first sample alone (dynamic batch), the rest in batches
     of one photo size (the crops together, each whole photo alone)."""
     parts: dict[str, list] = {n: [] for n in OUTPUT_NAMES}
-    for start, stop in split.runs(runner.max_batch):
-        out = runner.run(split.inputs(start, stop))
+    runs = split.runs(runner.max_batch)
+    if runner.run_many:
+        outs = runner.run_many([split.inputs(start, stop) for start, stop in runs])
+    else:  # one batch at a time: only one batch's inputs in memory (a 12 MP photo is 36 MB)
+        outs = (runner.run(split.inputs(start, stop)) for start, stop in runs)
+    for out in outs:
         for name in OUTPUT_NAMES:
             parts[name].append(np.asarray(out[name]))
     return {n: np.concatenate(p) for n, p in parts.items()}

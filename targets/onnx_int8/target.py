@@ -11,7 +11,8 @@ The calibration split (or the user's --calibration folder) is never the held-out
 held-out split is what the core verifies every variant on, in onnxruntime.
 
 Variants: int8 (primary; a16w8 when INT8 cannot pass), fp32-ort and int8-ort (ORT format for
-ONNX Runtime Mobile, with required_operators.config), each verified in onnxruntime.
+ONNX Runtime Mobile, with required_operators.config), each verified in onnxruntime on this host's
+kernels and, where this host can emulate it, on arm64's (other_isas: targets/shared/arm64.py).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from targets.onnx_int8.quantize import (
     select,
     user_calibration_split,
 )
-from targets.shared import onnx_common
+from targets.shared import arm64, onnx_common
 
 # ---------------------------------------------------------------- the target
 
@@ -125,6 +126,13 @@ class OnnxInt8Target(Target):
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return onnx_common.ort_runner(variant.files[0])
+
+    def other_isas(self, ctx: BuildContext, variant: Variant) -> dict:
+        # every variant is what a phone runs (the .ort files through ORT Mobile, the INT8 .onnx
+        # through onnxruntime or the page): its gate also holds on onnxruntime's arm64 kernels
+        if arm64.host_runs_arm64():
+            return {}  # this host's own run already is arm64's
+        return {isa: (lambda isa=isa: arm64.arm64_runner(variant.files[0], isa=isa)) for isa in arm64.CPUS}
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
         return onnx_common.ort_runner(out / entry["variants"][variant]["files"][0], threads=threads or 0)  # .onnx or .ort

@@ -1,0 +1,192 @@
+"""The phones' arm64 kernels (issue 41, part 5): onnx-int8's three variants run on onnxruntime's
+aarch64 wheel under qemu-user and are held to the same gate; the manifest and the report record
+parity per instruction set; emulation that is not there is "not measured", never a failed build."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import HostCapabilityError
+
+pytestmark = pytest.mark.slow
+ISA = "aarch64 (emulated)"
+
+
+def _emulation_or_skip():
+    from targets.shared import arm64
+
+    try:
+        return arm64.emulation_root()
+    except HostCapabilityError as exc:
+        pytest.skip(f"{exc.problem} ({exc.fix})")
+
+
+@pytest.fixture(scope="session")
+def int8_out(tmp_path_factory):
+    from conftest import run_cli
+
+    _emulation_or_skip()
+    out = tmp_path_factory.mktemp("arm64-out")
+    proc = run_cli("build", "--target", "onnx-int8", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    BUILD_STDOUT.append(proc.stdout)
+    return out
+
+
+BUILD_STDOUT: list[str] = []
+
+
+def _variants(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())["targets"]["onnx-int8"]["variants"]
+
+
+def test_manifest_records_parity_per_isa(int8_out, golden):
+    from targets.shared.arm64 import CPUS
+
+    variants = _variants(int8_out)
+    assert set(variants) >= {"fp32-ort", "int8-ort"} and len(variants) == 3
+    assert ISA in CPUS and len(CPUS) == 2
+    for name, v in variants.items():
+        by_isa = v["parity"]["by_isa"]
+        assert set(by_isa) == {"x86_64", *CPUS}, name
+        host = by_isa["x86_64"]
+        assert host["measured"] and host["passed"] and host["metrics"] == {
+            k: x for k, x in v["parity"]["metrics"].items() if k != "size_bytes"}
+        for isa, (cpu, _) in CPUS.items():
+            arm = by_isa[isa]
+            assert arm["measured"] and arm["passed"], (name, isa, arm)
+            # the same held-out split, judged by the same gate, in the aarch64 onnxruntime (reported from inside)
+            assert arm["metrics"]["samples"] == len(golden.heldout)
+            gate = v["parity"]["gate"]
+            assert all(arm["metrics"][m] <= limit for m, limit in gate["max"].items() if m != "size_bytes")
+            assert all(arm["metrics"][m] >= limit for m, limit in gate["min"].items())
+            facts = arm["facts"]
+            assert facts["machine"] == "aarch64" and facts["onnxruntime"] == "1.31.1"
+            assert f"on aarch64 under qemu-aarch64 version 10." in arm["runtime"] and arm["runtime"].endswith(f"-cpu {cpu}")
+            assert facts["calls"] == len(golden.heldout.runs(8)) and facts["ms_per_call_median"] > 0
+            # the kernels' CPU as onnxruntime saw it: dot product on both, i8mm only on qemu's max
+            features = facts["cpu_features"].split()
+            assert "asimddp" in features and ("i8mm" in features) == (cpu == "max")
+            # the ARM kernels agree with this host's on every sample's top-K
+            assert arm["vs_host"]["topk_overlap_min"] == 1.0
+    # the build's table says it too, in its parity column
+    table = [line for line in BUILD_STDOUT[0].splitlines() if line.startswith("onnx-int8 ")]
+    assert len(table) == 3 and all("; emulated ISAs: 2 of 2 passed" in line for line in table), table
+    report = (int8_out / "REPORT.md").read_text()
+    assert "## Parity per instruction set" in report
+    for name in variants:
+        for isa in ("x86_64", *CPUS):
+            assert f"| onnx-int8 | {name} | {isa} | passed |" in report
+    page = (int8_out / "report.html").read_text()
+    assert page.count(f"data-isa='{ISA}'") == 3 and page.count("data-isa='aarch64 dot product") == 3
+
+
+def test_arm64_runner_matches_x86_on_published_fp32_ort(int8_out, golden):
+    from targets.shared import arm64, onnx_common
+
+    path = int8_out / _variants(int8_out)["fp32-ort"]["files"][0]
+    split = golden.heldout
+    batches = [split.inputs(a, b) for a, b in split.runs(8)][:4]  # a crop alone, crops together, a whole photo
+    runner = arm64.arm64_runner(path)
+    got = runner.run_many(batches)
+    host = onnx_common.ort_runner(path)
+    assert runner.facts["machine"] == "aarch64" and runner.facts["calls"] == len(batches)
+    for b, arm_out in zip(batches, got):
+        x86 = host.run(b)
+        assert arm_out["relevance"].shape == x86["relevance"].shape
+        assert np.abs(arm_out["relevance"] - x86["relevance"]).max() <= 1e-4
+        assert np.abs(arm_out["weights"] - x86["weights"]).max() <= 1e-5
+        for a, x in zip(arm_out["topk_indices"], x86["topk_indices"]):
+            assert set(a.tolist()) == set(x.tolist())
+
+
+def _fp32_ort_variant(out: Path, ctx, gate=None):
+    import shutil
+
+    from pipeline.stages.parity import LOSSLESS
+    from pipeline.stages.target import Variant
+
+    path = ctx.staging / "model.fp32.ort"
+    shutil.copyfile(out / _variants(out)["fp32-ort"]["files"][0], path)
+    return Variant("fp32-ort", [path], gate or LOSSLESS, path.stat().st_size * 2)
+
+
+def test_unavailable_emulation_is_not_measured(int8_out, make_ctx, monkeypatch, tmp_path):
+    """No emulation root: the arm64 entry says why, the variant's status is decided by x86."""
+    from pipeline.building.build import verify_variant
+    from pipeline.publishing import manifest, report
+    from targets import TARGETS
+
+    monkeypatch.setenv("ARRCOC_ARM64_ROOT", str(tmp_path / "no-such-root"))
+    ctx = make_ctx()
+    result = verify_variant(TARGETS["onnx-int8"], ctx, _fp32_ort_variant(int8_out, ctx))
+    assert result.status == "verified" and not result.failures
+    arm = result.by_isa[ISA]
+    assert arm == {"measured": False, "reason": f"not measured: no arm64 emulation on this host ({tmp_path / 'no-such-root'} is missing)",
+                   "fix": arm["fix"]} and "scripts/setup.sh" in arm["fix"]
+    parity = manifest._parity(result)
+    assert parity["passed"] and parity["by_isa"][ISA]["measured"] is False
+    rows = report.isa_rows({"targets": {"onnx-int8": {"variants": {"fp32-ort": {"parity": parity}}}}})
+    assert [r["status"] for r in rows if r["isa"] == ISA] == [arm["reason"]]
+
+
+def test_untrusted_or_incomplete_root_is_refused(monkeypatch, tmp_path):
+    from targets.shared import arm64
+
+    root = tmp_path / "root"
+    for sub in ("sysroot/usr/bin", "site/onnxruntime", "site/numpy"):
+        (root / sub).mkdir(parents=True)
+    (root / "qemu-aarch64").write_text("")
+    (root / "sysroot/usr/bin/python3.11").write_text("")
+    monkeypatch.setenv("ARRCOC_ARM64_ROOT", str(root))
+    with pytest.raises(HostCapabilityError, match="incomplete"):
+        arm64.arm64_runner(tmp_path / "model.ort")
+    (root / arm64.READY_MARKER).write_text("wheels: x\n")
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755)
+    os.chmod(root / "site", 0o777)  # a cache anyone may write is never run
+    with pytest.raises(HostCapabilityError, match="not trusted"):
+        arm64.arm64_runner(tmp_path / "model.ort")
+    os.chmod(root / "site", 0o755)
+    # complete and trusted, but no emulator inside: it does not start, and says so
+    with pytest.raises(HostCapabilityError, match="does not"):
+        arm64.arm64_runner(tmp_path / "model.ort").run_many([{"x": np.zeros(1, np.float32)}])
+
+
+def test_measured_arm64_failure_fails_the_variant(int8_out, golden, make_ctx):
+    """A gate that this host's kernels meet and the ARM kernels, measured, do not: the variant fails
+    on arm64 and its stage is not published. The gate is put between the two measured errors."""
+    from pipeline.building.build import run_stage
+    from pipeline.stages.parity import LOSSLESS, Gate, parity_metrics
+    from pipeline.stages.target import run_split
+    from targets import TARGETS
+    from targets.shared import arm64, onnx_common
+
+    path = int8_out / _variants(int8_out)["fp32-ort"]["files"][0]
+    runners = {"x86_64": onnx_common.ort_runner(path), **{isa: arm64.arm64_runner(path, isa=isa) for isa in arm64.CPUS}}
+    measured = {isa: parity_metrics(golden.heldout.expected, run_split(r, golden.heldout), 1e-3)["relevance_max_abs"]
+                for isa, r in runners.items()}
+    worst = max(measured[isa] for isa in arm64.CPUS)
+    if worst <= measured["x86_64"]:
+        pytest.skip(f"no gate separates the kernels on this held-out set: {measured}")
+    between = (worst + measured["x86_64"]) / 2
+    gate = Gate({**LOSSLESS.maxima, "relevance_max_abs": between}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
+    target = TARGETS["onnx-int8"]
+    ctx = make_ctx()
+    variant = _fp32_ort_variant(int8_out, ctx, gate)
+
+    class OneVariant(type(target)):  # the real target's loaders and ISAs, building only this variant
+        def build(self, ctx):
+            return [variant]
+
+    stage = run_stage(OneVariant(), ctx)
+    report = stage.variants[0]
+    assert report.by_isa["x86_64"]["passed"]
+    assert {isa: report.by_isa[isa]["passed"] for isa in arm64.CPUS} == {isa: measured[isa] <= between for isa in arm64.CPUS}
+    assert report.status == "failed" and report.failures == [
+        f"{isa}: relevance_max_abs={measured[isa]:.4g} > {between:g}" for isa in arm64.CPUS if measured[isa] > between]
+    assert stage.status == "failed" and not stage.publishable
