@@ -29,7 +29,6 @@ NOT_IN_CHECKOUT = {
     "OUT/": "placeholder for any --out folder: a build's published files",
     ".OUT.arrcoc-edge/": "the state folder beside OUT (docs/guarantees.md)",
     ".artifacts.arrcoc-edge/": "the state folder beside artifacts/",
-    "merged/": "an --out folder named in an example (docs/hosts.md)",
     # folders the build or set-up fills inside the checkout (each git-ignored by the repo)
     "mobile/android/app/src/main/assets/": "written by `invoke build --target android` (git-ignored)",
     "app/src/main/assets/": "the same folder, relative to mobile/android",
@@ -44,12 +43,12 @@ NOT_IN_CHECKOUT = {
     "./gradlew": "the Gradle wrapper, which the repo does not carry (mobile/README.md: `gradle wrapper` makes it)",
     "app/build/": "Gradle's output folder under mobile/android (made by `./gradlew`)",
 }
+NOT_IN_CHECKOUT_TOPS = {prefix.split("/", 1)[0] for prefix in NOT_IN_CHECKOUT}
 
 # A token is a path candidate when its first part is a top-level entry of the checkout (or of a
 # page's base folder): prose such as "W/G" or "and/or" is not, and is never looked up.
 PATH = re.compile(r"(?<![\w.$/-])((?:\.\.?/)*[\w.<>*{}-]+(?:/(?:[\w.<>*-]|\{[\w.,*-]*\})*)+(?:::\w+)?)")
 DOTTED = re.compile(r"(?<![\w./-])((?:pipeline|targets)(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
-FILE_EXT = re.compile(r"\.(py|md|kt|kts|swift|json|sh|toml|txt|js|mjs|html|css|yml|yaml|cfg|properties|safetensors)$")
 
 
 def _page_lines(page: Path):
@@ -82,8 +81,6 @@ def path_candidates(page: Path) -> list[tuple[int, str]]:
                 found.append((number, token))
     return found
 
-
-NOT_IN_CHECKOUT_TOPS = {prefix.split("/", 1)[0] for prefix in NOT_IN_CHECKOUT}
 
 
 def resolves(page: Path, token: str) -> bool:
