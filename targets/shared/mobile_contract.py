@@ -7,7 +7,7 @@ twice. Shared by the `android` and `ios` targets.
 API:
   preset_queries(cfg, sentences=PRESET_SENTENCES) -> dict
       {"source", "items": [{"text", "embedding"}], "note"}; real all-MiniLM-L6-v2 embeddings
-      from pipeline.text_encoder when it is installed and its width matches cfg.query_dim,
+      from pipeline.relevance.text_encoder when it is installed and its width matches cfg.query_dim,
       otherwise NO presets and a note saying why (never random vectors).
   contract(cfg, artifacts, presets=None, golden=None) -> dict
       artifacts: {key: {"path": Path, "runtime": str, "variant": str, "topk_dtype": "int64",
