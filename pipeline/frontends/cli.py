@@ -12,6 +12,10 @@ from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
 from pipeline.frontends.verify import _verify
 from pipeline.stages.parity import size_cells
 
+# The command the user typed, as messages name it: `invoke` in a checkout, `arrcoc-edge` once installed
+# (pipeline.frontends.commands.main sets it).
+COMMAND = "invoke"
+
 
 def parity_cell(report) -> str:
     if report is None:
@@ -81,8 +85,8 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         from pipeline.errors import BuildInterrupted
 
         why = str(exc) or "SIGINT"
-        fix = ("nothing to fix: `invoke serve` starts it again" if name == "serve" else
-               f"nothing was changed by the interrupted step: run `invoke {name}` again")
+        fix = (f"nothing to fix: `{COMMAND} serve` starts it again" if name == "serve" else
+               f"nothing was changed by the interrupted step: run `{COMMAND} {name}` again")
         print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
         return BuildInterrupted.exit_code
     except BrokenPipeError:
@@ -175,7 +179,7 @@ def next_step(stage, root: Path, verbose: bool) -> str:
     reason = stage.reason or ""
     if " -> fix: " in reason:
         return f"{stage.target.name}: {reason.split(' -> fix: ', 1)[1]}"
-    rerun = f"invoke build --target {stage.target.name} --out {root}" + ("" if verbose else " --verbose")
+    rerun = f"{COMMAND} build --target {stage.target.name} --out {root}" + ("" if verbose else " --verbose")
     return f"run `{rerun}` and read its reason above and {state_dir(root) / LOG_NAME}"
 
 
@@ -319,7 +323,7 @@ def _model(root: Path, runtime, verbose: bool):
     from pipeline.publishing.reading import read_manifest
 
     if not read_manifest(pinned(root)).get("targets"):
-        raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
+        raise InputError(f"nothing is published in {root}", f"run `{COMMAND} build --target onnx` first (or pass --out)")
     return load(root, runtime, verbose=verbose)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import MissingExtraError
-from pipeline.relevance.model import OUTPUT_NAMES
+from pipeline.relevance.signature import OUTPUT_NAMES
 from pipeline.stages.golden import bundle_samples, write_array_bundle
 from pipeline.stages.target import BuildContext
 from targets.shared import onnx_common
