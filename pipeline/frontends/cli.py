@@ -138,6 +138,19 @@ def _announce_ready() -> None:
         Path(path).touch()
 
 
+def need_build_extra(task: str) -> None:
+    """Building, training and bench run torch: without the build extra (the inference install) say
+    so in one line with the install command, before anything is read or written."""
+    import importlib.util
+
+    from pipeline.errors import MissingExtraError, install_fix
+
+    missing = [m for m in ("torch", "onnx", "safetensors") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtraError(f"`{COMMAND} {task}` needs {', '.join(missing)} (the build extra), which is not "
+                                "installed: this install runs published folders only", install_fix("build"))
+
+
 def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
     """`invoke build`: returns the process exit code."""
     return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose, "build")
@@ -145,6 +158,7 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
 
 def _build(targets, checkpoint, out, verbose, options) -> int:
     """The build is pipeline.frontends.api's (pipeline.build() runs the same function); this prints its table."""
+    need_build_extra("build")
     from pipeline.frontends.api import build_stages
     from pipeline.frontends.console import LOG_NAME
     from pipeline.publishing.folder_state import state_dir
@@ -252,6 +266,7 @@ def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
 
 
 def _bench(root: Path, runs: int, photos: int) -> int:
+    need_build_extra("bench")
     import targets as target_table
     from pipeline.frontends.bench import format_rows, run_bench
 
@@ -359,6 +374,7 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
+        need_build_extra("train")
         from pipeline.training.train import DEFAULT_OUT as TRAINED
         from pipeline.training.train import check_out, main
 

@@ -1,0 +1,21 @@
+"""The wheel's files from outside the two packages (pyproject.toml holds everything else).
+
+The stages read the shipped checkpoints, the web page's sources and the mobile apps from the
+repository root in a checkout; an installed package finds the same files here, mapped into the
+packages without moving them in the repository (pipeline/frontends/options.py, targets/web/site_files.py):
+  checkpoints/ -> pipeline/bundled/checkpoints/    web/ -> targets/bundled/web/    mobile/ -> targets/bundled/mobile/
+Installed dependencies (web/node_modules, tools/) are not in the wheel.
+"""
+from setuptools import find_packages, setup
+
+BUNDLED = {
+    "pipeline.bundled.checkpoints": ("checkpoints", ["*.safetensors"]),
+    "targets.bundled.web": ("web", ["*.html", "*.js", "*.css", "package.json", "package-lock.json"]),
+    "targets.bundled.mobile": ("mobile", ["**/*"]),
+}
+
+setup(
+    packages=find_packages(include=["pipeline", "pipeline.*", "targets", "targets.*"]) + list(BUNDLED),
+    package_dir={name: folder for name, (folder, _) in BUNDLED.items()},
+    package_data={name: patterns for name, (_, patterns) in BUNDLED.items()},
+)
