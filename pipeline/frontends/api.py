@@ -29,7 +29,8 @@ from pipeline.stages.golden import check_photo_size, decode_image, load_photo
 
 TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
 # Threads decoding photos for predict_many while the runtime runs (Pillow's JPEG decoder releases the GIL):
-# one per core, at least 2 so decoding overlaps the runtime even on one core.
+# one per core, at least 2 so decoding overlaps the runtime even on one core; 0 decodes in the
+# caller's thread, one photo after another (what `invoke bench` runs as the route before issue 42).
 DECODE_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 
@@ -462,6 +463,9 @@ def decoded_photos(photos: Iterable, limit: int) -> Iterator[tuple[object, objec
         except ArrcocError as exc:
             return exc
 
+    if DECODE_THREADS == 0:
+        yield from ((photo, decode(photo)) for photo in photos)
+        return
     ahead = limit + DECODE_THREADS
     pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="arrcoc-decode")
     pending: collections.deque = collections.deque()

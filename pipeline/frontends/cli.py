@@ -275,6 +275,11 @@ def _bench(root: Path, runs: int, photos: int) -> int:
     print(format_rows(result["rows"]))
     for note in result.get("notes") or []:
         print(f"note: {note}")
+    if result.get("felt"):
+        from pipeline.frontends.bench_felt import format_felt
+
+        print()
+        print(format_felt(result["felt"]))
     print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, each timed "
           f"call right after an untimed one of the same case, onnxruntime pools not spinning); x = torch eager "
           f"median / this median, 1-thread rows only (default-thread rows show their p10-p90 spread instead); "
