@@ -78,7 +78,9 @@ def test_query_vector_is_what_predict_takes_and_close_frees(published_with_encod
     model = pipeline.load(published_with_encoder, "onnx")
     vector = model.query_vector("something red")
     assert vector.shape == (model.query_dim,) and vector.dtype == np.float32
-    assert model.predict(photo, vector).top_k == model.predict(photo, "something red").top_k
+    p = model.predict(photo, vector)
+    assert p.top_k == model.predict(photo, "something red").top_k
+    assert p.k == len(p.top_k) == p.to_json()["top_k"] == model.top_k  # K, as the JSON names it
     model.close()
     with pytest.raises(pipeline.InputError, match="closed"):
         model.predict(photo, vector)

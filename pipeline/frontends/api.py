@@ -114,7 +114,8 @@ class Prediction:
     """One photo and query through a published artifact.
 
     relevance: float32 [G, G] (row-major cells over the whole photo); top_k: [(row, col), ...] the
-    selected cells, most relevant first; weights: {"information", "perspectival", "participatory"};
+    selected cells, most relevant first (the JSON's topk_indices as cells); k: how many (K, the
+    number the JSON calls "top_k"); weights: {"information", "perspectival", "participatory"};
     image_size: (height, width) of the photo as decoded; source: the photo's path when it was a file.
     to_json() is the dict `invoke predict --json` writes; heatmap() the picture `--heatmap` saves."""
 
@@ -126,6 +127,7 @@ class Prediction:
         self._pixels = pixels  # the decoded photo, or its path (decoded again by heatmap())
 
     grid = property(lambda self: self.record.grid)
+    k = property(lambda self: self.record.top_k)  # K: len(top_k), the JSON's "top_k"
     image_size = property(lambda self: tuple(self.record.image_size))
     runtime = property(lambda self: self.record.runtime)
     milliseconds = property(lambda self: self.record.milliseconds)  # the runtime call's wall time
