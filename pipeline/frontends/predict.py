@@ -167,8 +167,8 @@ def sentence_encoder(dim: int, out: Path, manifest: dict, targets: dict) -> Call
 
     if dim != text_encoder.EMBED_DIM:
         raise InputError(f"no query encoder for this checkpoint's width {dim} is published in {out}",
-                         "build it: arrcoc-edge build --target text-encoder --base-model QWEN3_VL_SNAPSHOT_DIR "
-                         f"(or pass a query embedding: float32 [{dim}])")
+                         "build it: invoke build --target text-encoder --base-model QWEN3_VL_SNAPSHOT_DIR "
+                         f"(arrcoc-edge build once installed), or pass a query embedding: float32 [{dim}]")
     return _sentence_transformers
 
 
