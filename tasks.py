@@ -1,27 +1,9 @@
-"""Invoke tasks: thin wrappers over `pipeline` (run `invoke --list`).
-
-Numbers are taken as text and checked by pipeline.frontends.options: Invoke's own int conversion prints a
-traceback on a value like "abc". Every task ends a bad input with one line and exit 2.
+"""Invoke tasks in a checkout: the tasks of pipeline/frontends/commands.py (`arrcoc-edge` once installed),
+plus `invoke test` (run `invoke --list`).
 """
 from __future__ import annotations
 
-import os
-import signal
 import sys
-
-
-def _early_interrupt(signum, frame) -> None:
-    """Ctrl-C (or SIGTERM) before a task's own handlers are in place (pipeline.frontends.cli.guarded): while
-    this file imports (--runtime's help loads pipeline.frontends.predict, numpy, torch: seconds on a loaded
-    host) or the task imports its modules. Invoke would answer the KeyboardInterrupt with exit 1
-    and no output; nothing has been written yet, so say guarded's one line and leave at once."""
-    names = ("build", "verify", "merge", "predict", "serve", "clean", "bench", "train", "test")
-    name = next((a for a in sys.argv[1:] if a in names), None)
-    why = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
-    again = f"run `invoke {name}` again" if name else "run the command again"
-    line = f"interrupted: {name or 'invoke'} stopped ({why}) -> fix: nothing was changed by the interrupted step: {again}\n"
-    os.write(2, line.encode())
-    os._exit(130)
 
 
 def _run_by_invoke() -> bool:
@@ -31,175 +13,26 @@ def _run_by_invoke() -> bool:
     return type(program).__module__.startswith("invoke.")
 
 
-# Tests: the file this names is created once the handlers above are in place (pipeline.frontends.cli.READY_ENV
-# marks the later moment when a task's own are). Before this file runs, Python and Invoke import
-# themselves (about 0.2 s): a Ctrl-C there is Python's and Invoke's own, no project code runs yet.
-LOADING_ENV = "ARRCOC_TEST_LOADING_FILE"
-
 if _run_by_invoke():
-    for _sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(_sig, _early_interrupt)  # first: before the imports below take their seconds
-    if os.environ.get(LOADING_ENV):
-        open(os.environ[LOADING_ENV], "a").close()
+    # first: a Ctrl-C while the tasks import their modules is one line and exit 130, not Invoke's exit 1
+    from pipeline.frontends.commands import install_early_handlers
 
-from invoke import Exit, Task, task  # noqa: E402
+    install_early_handlers("invoke")
 
-from pipeline.errors import BuildInterrupted  # noqa: E402
+from invoke import task  # noqa: E402
 
-INTERRUPTED = BuildInterrupted.exit_code  # 130, as a shell reports a process stopped by Ctrl-C
-
-VERBOSE = "show tracebacks"
-
-
-class HelpKeepsH(Task):
-    """A task whose options never take `-h` as their short flag: Invoke gives each option the first
-    free letter of its name, so predict's --heatmap took -h and `invoke predict -h` was an error
-    instead of the help. Here --heatmap gets -e, and -h stays help."""
-
-    def arg_opts(self, name, default, taken_names):
-        return super().arg_opts(name, default, {*taken_names, "h"})
-
-
-def _exit(code: int) -> None:
-    if code == INTERRUPTED:
-        # CPython 3.11 remembers a KeyboardInterrupt raised inside exec() of a string (a dataclass
-        # being built during a lazy torch import, say) even after it was handled, and at exit kills
-        # the process with SIGINT whatever code sys.exit gave (seen as -2 instead of 130). The
-        # interrupted build has already cleaned up and printed its line, so leave directly.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    if code:
-        raise Exit(code=code)
-
-
-@task(
-    help={
-        "target": "onnx, onnx-int8, text-encoder, web, tensorrt, coreml, ios, executorch, ptl, android or all (comma-separated)",
-        "checkpoint": "checkpoint (.safetensors or reference .pt/.pth); default: the shipped one",
-        "out": "output folder; default: artifacts/",
-        "verbose": VERBOSE,
-        "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
-        "grid": "patch grid G (G x G patches, input 16*G px); default: the checkpoint's (reference .pt: 32)",
-        "top_k": "patches selected K, 1..G*G; default: the checkpoint's (reference .pt: 200)",
-        "base_model": "local Qwen3-VL snapshot folder (tokenizer.json, safetensors): the query encoder of a "
-                      "reference checkpoint that does not carry its token table",
-    }
+from pipeline.frontends.commands import (  # noqa: E402,F401 - the tasks Invoke collects from this module
+    LOADING_ENV,
+    app_tokenize,
+    bench,
+    build,
+    clean,
+    merge,
+    predict,
+    serve,
+    train,
+    verify,
 )
-def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None,
-          base_model=None):
-    """Export the checkpoint once, build, verify, gate and publish the target(s)."""
-    from pipeline.frontends import cli
-
-    options = {"calibration_dir": calibration} if calibration is not None else {}
-    options.update(grid=grid, top_k=top_k, base_model=base_model)
-    _exit(cli.build(target, checkpoint, out, verbose, options))
-
-
-@task(help={"out": "output folder; default: artifacts/", "verbose": VERBOSE})
-def verify(c, out=None, verbose=False):
-    """Re-check published files against the manifest's sizes and sha256 hashes; list unlisted files."""
-    from pipeline.frontends import cli
-
-    _exit(cli.verify(out, verbose))
-
-
-@task(help={"parts": "published folders to join, comma-separated (built from one checkpoint, e.g. on several hosts)",
-            "out": "output folder; default: artifacts/",
-            "checkpoint": "the parts' checkpoint, only to draw the report's maps (default: the path they recorded)",
-            "verbose": VERBOSE})
-def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
-    """Join published folders built from one checkpoint into one published folder and manifest."""
-    from pipeline.frontends import cli
-
-    _exit(cli.merge(parts, out, checkpoint, verbose))
-
-
-def _runtimes_help() -> str:
-    from pipeline.frontends.predict import PREFERRED
-
-    return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's primary variant, as its manifest declares it), or target:variant "
-            "(e.g. executorch:int8, onnx-int8:fp32-ort); default: the fastest published in --out "
-            "(by its bench.json when there is one)")
-
-
-@task(klass=HelpKeepsH, iterable=["image", "query"],
-      help={"image": "photo file (JPEG, PNG, WebP...), any size 16..8192 px per side; used whole, as decoded; "
-                     "repeat it, or name a folder, for many photos (one model load)",
-            "query": "the question as text: through the published text-encoder (arr-coc-0-1's own for reference "
-                     "checkpoints), or MiniLM for D=384; repeat it for several questions",
-            "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
-            "out": "output folder with published artifacts; default: artifacts/",
-            "runtime": _runtimes_help(),
-            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights} to this file "
-                    "(several photos or queries: one JSON line each, with photo and query, e.g. --json out.jsonl)",
-            "heatmap": "write the photo with the relevance map (the web page's colours), the top-K cells outlined and "
-                       "a legend: .png (or .jpg, .webp); several photos or queries: a folder for the heatmaps; short flag -e",
-            "verbose": VERBOSE})
-def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
-            verbose=False):
-    """Run a published artifact on one whole photo and a query: top-K cells and the three weights."""
-    from pipeline.frontends import cli
-
-    _exit(cli.predict(image, query, query_embedding, out, runtime, json, heatmap, verbose))
-
-
-@task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)",
-            "verbose": VERBOSE})
-def serve(c, out=None, port=None, verbose=False):
-    """Serve the built web demo on localhost with cross-origin isolation (multi-threaded WASM)."""
-    from pipeline.frontends import cli
-
-    _exit(cli.serve(out, port, verbose))
-
-
-@task(help={"out": "output folder to empty; default: artifacts/", "verbose": VERBOSE})
-def clean(c, out=None, verbose=False):
-    """Remove published artifacts, the manifest, staging leftovers and the export cache."""
-    from pipeline.frontends import cli
-
-    _exit(cli.clean(out, verbose))
-
-
-@task(help={"out": "output folder with published artifacts; default: artifacts/",
-            "runs": "timed rounds per case, 1 to 100000 (default 50; median and p90 are reported)",
-            "photos": "photos (1024x768 JPEG) in the folder run through `invoke predict --image FOLDER`, "
-                      "0 to 100000 (default 1000; 0 skips it)",
-            "verbose": VERBOSE})
-def bench(c, out=None, runs=None, verbose=False, photos=None):
-    """Latency of torch eager and every published runtime, side by side (not a test)."""
-    from pipeline.frontends import cli
-
-    _exit(cli.bench(out, runs, verbose, photos))
-
-
-@task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",
-            "steps": "Adam steps (default: pipeline.training.train.Recipe.steps)",
-            "seed": "initialisation and batch-order seed (default 0); same seed -> same bytes",
-            "verbose": VERBOSE})
-def train(c, out=None, steps=None, seed=None, verbose=False):
-    """Train the participatory scorer and tension balancer on scenes with ground truth (CPU, minutes).
-
-    Prints held-out precision@K / R-precision of the trained model next to the untrained
-    checkpoint and a query-blind baseline trained in the same run.
-    """
-    from pipeline.frontends import cli
-
-    _exit(cli.train(out, steps, seed, verbose))
-
-
-@task(name="app-tokenize", help={
-    "app": "android or ios: whose tokenizer code to run (compiled as `invoke build` compiles it)",
-    "tokenizer": "a tokenizer.json (all-MiniLM-L6-v2's or Qwen3's)",
-    "text_file": "UTF-8 text, one query per line (split on \\n only; an empty line is an empty query)",
-    "max_length": "ids per query, special tokens included, or none (default: the Python encoder's: "
-                  "256 for WordPiece, none for byte-level BPE)",
-    "verbose": VERBOSE})
-def app_tokenize(c, app=None, tokenizer=None, text_file=None, max_length=None, verbose=False):
-    """Print the ids an app's own tokenizer gives each line of a text file, one JSON array per line."""
-    from pipeline.frontends import cli
-
-    _exit(cli.app_tokenize(app, tokenizer, text_file, max_length, verbose))
 
 
 @task

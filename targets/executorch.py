@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError
-from pipeline.relevance.model import OUTPUT_NAMES
+from pipeline.relevance.signature import OUTPUT_NAMES
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
 
@@ -390,7 +390,7 @@ def check_method_meta(path: Path, cfg) -> list[str]:
     if meta.num_inputs() != 2 or meta.num_outputs() != 3:
         raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / 3",
                           "the exported program must take (image, query) and return (relevance, topk_indices, weights)")
-    from pipeline.relevance.model import MAX_SIDE
+    from pipeline.relevance.signature import MAX_SIDE
 
     # Dynamic dimensions show their upper bounds: the photo's height and width up to MAX_SIDE.
     want = {"image": [MAX_SIDE, MAX_SIDE, 3], "query": [cfg.query_dim],

@@ -15,8 +15,9 @@ def size_budget(ctx: BuildContext) -> int:
 class OnnxTarget(Target):
     name = "onnx"
     summary = "ONNX FP32 (single file, dynamic batch) for onnxruntime"
-    extra = None
+    extra = "build"
     modules = ("onnx", "onnxscript", "onnxruntime")
+    runtime_modules = ("onnxruntime",)  # the published model runs on the inference install
     capability = "cpu (onnxruntime)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:

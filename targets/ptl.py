@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError
-from pipeline.relevance.model import OUTPUT_NAMES
+from pipeline.relevance.signature import OUTPUT_NAMES
 from pipeline.stages.parity import LOSSLESS, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
 
@@ -99,7 +99,7 @@ def _load(path: Path):
 class PtlTarget(Target):
     name = "ptl"
     summary = "PyTorch Lite Interpreter .ptl (TorchScript trace, any batch)"
-    extra = None  # torch itself
+    extra = "build"  # torch itself
     modules = ("torch",)
     capability = "cpu (torch.jit.mobile lite interpreter)"
     notes = "deprecated upstream: use executorch for new apps"

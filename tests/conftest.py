@@ -83,3 +83,26 @@ def write_reference_checkpoint(path: Path, query_dim: int = 2048, seed: int = 7)
 @pytest.fixture(scope="session")
 def reference_checkpoint_path(tmp_path_factory) -> Path:
     return write_reference_checkpoint(tmp_path_factory.mktemp("ref-ckpt") / "arrcoc-qwen3vl-2b.pt")
+
+
+@pytest.fixture(scope="session")
+def published_with_encoder(tmp_path_factory) -> Path:
+    """A folder published by `invoke build --target onnx,onnx-int8,text-encoder` (the shipped
+    checkpoint), built once per session for the tests of the torch-free inference path (issue 42)."""
+    out = tmp_path_factory.mktemp("published-encoder") / "out"
+    proc = run_cli("build", "--target", "onnx,onnx-int8,text-encoder", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
+
+
+def photo_file(folder: Path, name: str = "photo.jpg", size: tuple[int, int] = (1024, 768), seed: int = 0) -> Path:
+    """A real JPEG of a natural scene (skimage's astronaut, resized) at `size` (width, height)."""
+    from PIL import Image
+    from skimage import data
+
+    image = Image.fromarray(data.astronaut()).resize(size, Image.BILINEAR)
+    if seed:
+        image = image.rotate(seed % 360)
+    path = folder / name
+    image.save(path, quality=90)
+    return path

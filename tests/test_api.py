@@ -280,7 +280,7 @@ def test_predict_on_a_folder_writes_one_json_line_per_photo(out, tmp_path):
     for d in lines:  # each printed line says the size in the JSON's order
         h, w = d["image_size"]
         assert f"{d['photo']}: {h} x {w} px" in proc.stdout
-    assert re.search(r"3 predictions of 4 photos x 1 query in [\d.]+ s \([\d.]+ photos/s\)", proc.stdout)
+    assert re.search(r"3 predictions of 4 photos x 1 query in [\d.]+ s \([\d.]+ photos/s, start-up included\)", proc.stdout)
     # the same photo through the one-photo command: the same numbers
     single = _cli_json(out, photos / "a-cat.jpg", "onnx", tmp_path, "--query", QUESTION)
     assert np.abs(np.array(lines[0]["relevance"]) - np.array(single["relevance"])).max() <= 1e-6

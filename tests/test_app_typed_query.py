@@ -24,7 +24,7 @@ QUERIES = ("where is the cat?", "the cat's eyes", "text and writing", "猫在哪
 
 
 def app_tokenize_exists() -> bool:
-    return re.search(r"^def app_tokenize\(", (REPO / "tasks.py").read_text(), re.M) is not None
+    return re.search(r"^def app_tokenize\(", (REPO / "pipeline" / "frontends" / "commands.py").read_text(), re.M) is not None
 
 
 def app_ids(typed: dict, folder: Path, texts: list[str], tmp: Path) -> list[list[int]]:

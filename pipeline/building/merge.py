@@ -32,7 +32,7 @@ from pathlib import Path
 from pipeline.errors import BuildInterrupted, InputError, MergeError
 from pipeline.publishing import folder_state, locking, publish, reading, takeover
 from pipeline.publishing import manifest as manifest_mod
-from pipeline.relevance.checkpoint import sha256_file
+from pipeline.relevance.digest import sha256_file
 
 KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best first
 

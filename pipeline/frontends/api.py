@@ -28,6 +28,10 @@ from pipeline.frontends import predict as pr
 from pipeline.stages.golden import check_photo_size, decode_image, load_photo
 
 TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
+# Threads decoding photos for predict_many while the runtime runs (Pillow's JPEG decoder releases the GIL):
+# one per core, at least 2 so decoding overlaps the runtime even on one core; 0 decodes in the
+# caller's thread, one photo after another (what `invoke bench` runs as the route before issue 42).
+DECODE_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 
 # ---------------------------------------------------------------- build
@@ -110,7 +114,8 @@ class Prediction:
     """One photo and query through a published artifact.
 
     relevance: float32 [G, G] (row-major cells over the whole photo); top_k: [(row, col), ...] the
-    selected cells, most relevant first; weights: {"information", "perspectival", "participatory"};
+    selected cells, most relevant first (the JSON's topk_indices as cells); k: how many (K, the
+    number the JSON calls "top_k"); weights: {"information", "perspectival", "participatory"};
     image_size: (height, width) of the photo as decoded; source: the photo's path when it was a file.
     to_json() is the dict `invoke predict --json` writes; heatmap() the picture `--heatmap` saves."""
 
@@ -122,6 +127,7 @@ class Prediction:
         self._pixels = pixels  # the decoded photo, or its path (decoded again by heatmap())
 
     grid = property(lambda self: self.record.grid)
+    k = property(lambda self: self.record.top_k)  # K: len(top_k), the JSON's "top_k"
     image_size = property(lambda self: tuple(self.record.image_size))
     runtime = property(lambda self: self.record.runtime)
     milliseconds = property(lambda self: self.record.milliseconds)  # the runtime call's wall time
@@ -137,7 +143,7 @@ class Prediction:
 
     @property
     def weights(self) -> dict[str, float]:
-        from pipeline.relevance.model import WAYS_OF_KNOWING
+        from pipeline.relevance.signature import WAYS_OF_KNOWING
 
         return {name: float(w) for name, w in zip(WAYS_OF_KNOWING, self.record.weights)}
 
@@ -173,6 +179,7 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads={threads!r} is not a whole number >= 1", "pass threads=1 (or None)")
     root = output_path(os.fspath(folder))
+    _check_exists(root)
     base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
     manifest = read_manifest(base)
     if not manifest.get("targets"):
@@ -181,6 +188,16 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     with pr.third_party_quiet(verbose):
         name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
     return Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
+
+
+def _check_exists(root: Path) -> None:
+    """A folder that is not there is said as such, not as an empty publish."""
+    if not os.path.lexists(root):
+        raise InputError(f"folder {root} does not exist",
+                         "pass the folder a build published into (pipeline.build(..., out=FOLDER) or "
+                         "`arrcoc-edge build --out FOLDER`)")
+    if not root.is_dir():
+        raise InputError(f"{root} is not a folder", "pass the folder a build published into")
 
 
 class Model:
@@ -194,6 +211,7 @@ class Model:
         self.runtime = f"{name} ({runner.runtime})"  # as the JSON's "runtime" says it
         self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
         self._texts: dict[str, np.ndarray] = {}
+        self._encoder = None  # the sentence encoder, loaded on the first sentence (pr.sentence_encoder)
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
 
     def __enter__(self):
@@ -204,10 +222,21 @@ class Model:
         return False
 
     def close(self) -> None:
-        self._runner.close()
+        """Free the runtime and the sentence encoder: a later predict raises InputError."""
+        runner, encoder, self._runner, self._encoder = self._runner, self._encoder, None, None
+        self._texts.clear()
+        if runner is not None:
+            runner.close()
+        getattr(encoder, "close", lambda: None)()
+
+    def _open_runner(self):
+        if self._runner is None:
+            raise InputError(f"{self!r} was closed", "load the folder again: model = pipeline.load(folder)")
+        return self._runner
 
     def __repr__(self) -> str:
-        return f"Model({str(self.folder)!r}, runtime={self.runtime!r}, grid={self.grid}, top_k={self.top_k})"
+        closed = ", closed" if self._runner is None else ""
+        return f"Model({str(self.folder)!r}, runtime={self.runtime!r}, grid={self.grid}, top_k={self.top_k}{closed})"
 
     def predict(self, photo, query) -> Prediction:
         """photo: a file path, a PIL.Image or a uint8 array [H, W, 3] (RGB, used as given); query:
@@ -215,7 +244,7 @@ class Model:
         Written straight through (no batch bookkeeping): `invoke bench` holds its cost beside the
         bare runtime call to 10% on a 16*G photo, whose call takes 0.25 ms."""
         pixels, source = photo_pixels(photo)
-        inputs = {"image": pixels[None], "query": self.query_vector(query)}
+        inputs = {"image": pixels[None], "query": self._query_row(query)}
         outs, ms = self._call(inputs)
         relevance, weights = outs["relevance"][0], outs["weights"][0]
         record = pr.Prediction(self.grid, self.top_k, pixels.shape[:2], self.runtime, relevance,
@@ -227,10 +256,10 @@ class Model:
     def _predict_one(self, photo, query, timed: bool = False) -> Prediction:
         """timed: the median of pipeline.frontends.predict.TIMED_CALLS warm calls, as `invoke predict` prints."""
         pixels, source = photo_pixels(photo)
-        inputs = {"image": pixels[None], "query": self.query_vector(query)}
+        inputs = {"image": pixels[None], "query": self._query_row(query)}
         if timed:
             with pr.third_party_quiet(self._verbose):
-                outs, ms = pr.timed(self._runner, inputs)
+                outs, ms = pr.timed(self._open_runner(), inputs)
         else:
             outs, ms = self._call(inputs)
         record = pr.predictions(outs, [pixels.shape[:2]], self.grid, self.top_k, self.runtime, ms)[0]
@@ -241,27 +270,29 @@ class Model:
         """Predictions in the photos' order, consecutive photos of one size run together in batches
         of up to batch_size (and the artifact's own limit). A photo that cannot be read raises its
         InputError once the photos before it are yielded, or, with on_error, is passed to
-        on_error(photo, error) and skipped. progress=True: a progress bar on stderr."""
+        on_error(photo, error) and skipped. progress=True: a progress bar on stderr. photos: paths,
+        PIL images or arrays, a uint8 array [N, H, W, 3], or one folder (its photo files, by name).
+        Files are decoded on DECODE_THREADS threads while the runtime runs (decoded_photos)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r} is not a whole number >= 1", "pass batch_size=8 (or 1)")
-        vector = self.query_vector(query)
-        limit = min(batch_size, self._runner.max_batch or batch_size)
+        vector = self._query_row(query)
+        limit = min(batch_size, self._open_runner().max_batch or batch_size)
+        photos = photo_list(photos)
         if isinstance(photos, np.ndarray) and photos.ndim == 4:
             yield from self._array_batches(photos, vector, limit, progress)
             return
         with progress_bar(progress, photos) as advance:
             batch: list = []
-            for photo in photos:
-                try:
-                    pixels, source = photo_pixels(photo)
-                except ArrcocError as exc:
+            for photo, decoded in decoded_photos(photos, limit):
+                if isinstance(decoded, ArrcocError):
                     yield from self._run_batch(batch, vector, on_error, advance)
                     batch = []
                     if on_error is None:
-                        raise
-                    on_error(photo, exc)
+                        raise decoded
+                    on_error(photo, decoded)
                     advance()
                     continue
+                pixels, source = decoded
                 if batch and (len(batch) == limit or pixels.shape != batch[0][1].shape):
                     yield from self._run_batch(batch, vector, on_error, advance)
                     batch = []
@@ -304,13 +335,14 @@ class Model:
 
     def _call(self, inputs: dict) -> tuple[dict, float]:
         """One runtime call and its wall time in ms; the first one with third-party output silenced."""
+        runner = self._open_runner()
         if self._quiet_calls:
             with pr.third_party_quiet(self._verbose):
                 outs, ms = self._timed_call(inputs)
             self._quiet_calls = False
             return outs, ms
         start = time.perf_counter()
-        outs = self._runner.run(inputs)
+        outs = runner.run(inputs)
         return outs, (time.perf_counter() - start) * 1000.0
 
     def _timed_call(self, inputs: dict) -> tuple[dict, float]:
@@ -319,8 +351,12 @@ class Model:
         return outs, (time.perf_counter() - start) * 1000.0
 
     def query_vector(self, query) -> np.ndarray:
-        """The query as the model takes it, float32 [1, D]: a sentence through the encoder this
-        checkpoint has (as `invoke predict --query`), or a float array [D] (any float dtype, cast)."""
+        """The query as predict takes it, float32 [D]: a sentence through the encoder this checkpoint
+        has (as `arrcoc-edge predict --query`), or a float array [D] (any float dtype, cast)."""
+        return self._query_row(query)[0]
+
+    def _query_row(self, query) -> np.ndarray:
+        """The query as the model takes it, float32 [1, D]."""
         if type(query) is np.ndarray and query.dtype == np.float32 and query.shape == (self.query_dim,) and \
                 np.abs(query).max() <= pr.MAX_QUERY_ABS:
             return query[None]  # the common case in one reduction (NaN compares False: it is checked below)
@@ -343,9 +379,12 @@ class Model:
     def _text_vector(self, text: str) -> np.ndarray:
         vector = self._texts.get(text)
         if vector is None:
-            pr.check_query_text(text)
+            pr.check_query_text(text, "the query")
+            self._open_runner()
             with pr.third_party_quiet(self._verbose):
-                vector = pr.query_vector(text, None, self.query_dim, self._base, self.manifest, self._targets)
+                if self._encoder is None:  # loaded once: a new sentence then costs milliseconds
+                    self._encoder = pr.sentence_encoder(self.query_dim, self._base, self.manifest, self._targets)
+                vector = self._encoder(text)
             if len(self._texts) >= TEXT_CACHE:
                 self._texts.pop(next(iter(self._texts)))
             self._texts[text] = vector
@@ -392,6 +431,59 @@ def _image_pixels(image) -> np.ndarray:
                          "pass an image whose file is still open and readable (or the file's path)") from exc
 
 
+def photo_list(photos):
+    """predict_many's photos as a sequence: a folder (str or path) is its photo files in name order
+    (as `arrcoc-edge predict --image FOLDER` takes it), one file is itself; a missing one says so."""
+    if not isinstance(photos, (str, os.PathLike)):
+        return photos
+    path = Path(os.path.abspath(os.fspath(photos)))
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise InputError(f"photos {os.fspath(photos)!r}: {path} does not exist",
+                         "pass a folder of photos, a photo file, or a list of them")
+    from pipeline.frontends.batch import folder_photos
+
+    found = folder_photos(path)
+    if not found:
+        raise InputError(f"no photo files in {path} (.jpg, .png, .webp...)", "pass a folder that holds photos")
+    return found
+
+
+def decoded_photos(photos: Iterable, limit: int) -> Iterator[tuple[object, object]]:
+    """(photo, (pixels, source)) or (photo, InputError), in the photos' order. They are decoded on a
+    pool of DECODE_THREADS threads (Pillow releases the GIL while it decodes), so the next batch is
+    decoded while the runtime runs this one; at most limit + DECODE_THREADS photos are held decoded
+    ahead (bounded memory). A Ctrl-C reaches the caller's thread as before; the pool's queued work
+    is dropped and a running decode ends on its own."""
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+
+    def decode(photo):
+        try:
+            return photo_pixels(photo)
+        except ArrcocError as exc:
+            return exc
+
+    if DECODE_THREADS == 0:
+        yield from ((photo, decode(photo)) for photo in photos)
+        return
+    ahead = limit + DECODE_THREADS
+    pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="arrcoc-decode")
+    pending: collections.deque = collections.deque()
+    try:
+        for photo in photos:
+            pending.append((photo, pool.submit(decode, photo)))
+            if len(pending) >= ahead:
+                first, job = pending.popleft()
+                yield first, job.result()
+        while pending:
+            first, job = pending.popleft()
+            yield first, job.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 # ---------------------------------------------------------------- progress
 
 
@@ -407,6 +499,11 @@ class progress_bar:
             return lambda: None
         import sys
 
+        try:  # rich comes with the build extra; the inference install shows no bar
+            import rich  # noqa: F401
+        except ImportError:
+            self.show = False
+            return lambda: None
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -256,6 +256,22 @@ def folder_throughput(out: Path, heldout, count: int, log) -> dict:
             "photos_per_s": round(count / seconds, 2), "clock": "wall time of the whole process (start and load included)"}
 
 
+FELT_PHOTOS = 300  # the folder of issue 42's figure (fewer when --photos asks for fewer; 0 skips it)
+
+
+def felt_figures(out: Path, manifest: dict, heldout, photos: int, log) -> dict | None:
+    """pipeline/frontends/bench_felt.py's figures, when the folder publishes the onnx runtime and a
+    sentence encoder (text-encoder) to compare with sentence-transformers; None otherwise."""
+    published = {n for n, e in (manifest.get("targets") or {}).items() if e.get("status") == "published"}
+    if not {"onnx", "text-encoder"} <= published:
+        log("bench: no figures of what a user waits for: they need onnx and text-encoder published")
+        return None
+    from pipeline.frontends.bench_felt import run_felt
+
+    photo = heldout.images[heldout.names.index("stereo_motorcycle/whole")]
+    return run_felt(out, photo, min(photos, FELT_PHOTOS), log)
+
+
 def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=print,
               photos: int = 0) -> dict:
     """photos: how many photos the folder run takes (folder_throughput); 0 skips it (`invoke bench`
@@ -289,16 +305,18 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
             fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
             log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
             rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
-        folder = None
+        folder = felt = None
         if model:
             model.close()
             folder = folder_throughput(out, heldout, photos, log) if photos else None
+            felt = felt_figures(out, manifest, heldout, photos, log)
     result = {"host": host_description(),
               "commit": commit,
               "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
               "checkpoint_sha256": ckpt.sha256,
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
-              "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder}
+              "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder,
+              "felt": felt}
     from pipeline.publishing import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder

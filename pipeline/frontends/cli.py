@@ -12,6 +12,10 @@ from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
 from pipeline.frontends.verify import _verify
 from pipeline.stages.parity import size_cells
 
+# The command the user typed, as messages name it: `invoke` in a checkout, `arrcoc-edge` once installed
+# (pipeline.frontends.commands.main sets it).
+COMMAND = "invoke"
+
 
 def parity_cell(report) -> str:
     if report is None:
@@ -95,8 +99,8 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         from pipeline.errors import BuildInterrupted
 
         why = str(exc) or "SIGINT"
-        fix = ("nothing to fix: `invoke serve` starts it again" if name == "serve" else
-               f"nothing was changed by the interrupted step: run `invoke {name}` again")
+        fix = (f"nothing to fix: `{COMMAND} serve` starts it again" if name == "serve" else
+               f"nothing was changed by the interrupted step: run `{COMMAND} {name}` again")
         print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
         return BuildInterrupted.exit_code
     except BrokenPipeError:
@@ -148,6 +152,19 @@ def _announce_ready() -> None:
         Path(path).touch()
 
 
+def need_build_extra(task: str) -> None:
+    """Building, training and bench run torch: without the build extra (the inference install) say
+    so in one line with the install command, before anything is read or written."""
+    import importlib.util
+
+    from pipeline.errors import MissingExtraError, install_fix
+
+    missing = [m for m in ("torch", "onnx", "safetensors") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtraError(f"`{COMMAND} {task}` needs {', '.join(missing)} (the build extra), which is not "
+                                "installed: this install runs published folders only", install_fix("build"))
+
+
 def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, options: dict | None = None) -> int:
     """`invoke build`: returns the process exit code."""
     return guarded(lambda: _build(targets, checkpoint, out, verbose, options or {}), verbose, "build")
@@ -155,6 +172,7 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
 
 def _build(targets, checkpoint, out, verbose, options) -> int:
     """The build is pipeline.frontends.api's (pipeline.build() runs the same function); this prints its table."""
+    need_build_extra("build")
     from pipeline.frontends.api import build_stages
     from pipeline.frontends.console import LOG_NAME
     from pipeline.publishing.folder_state import state_dir
@@ -189,7 +207,7 @@ def next_step(stage, root: Path, verbose: bool) -> str:
     reason = stage.reason or ""
     if " -> fix: " in reason:
         return f"{stage.target.name}: {reason.split(' -> fix: ', 1)[1]}"
-    rerun = f"invoke build --target {stage.target.name} --out {root}" + ("" if verbose else " --verbose")
+    rerun = f"{COMMAND} build --target {stage.target.name} --out {root}" + ("" if verbose else " --verbose")
     return f"run `{rerun}` and read its reason above and {state_dir(root) / LOG_NAME}"
 
 
@@ -262,6 +280,7 @@ def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
 
 
 def _bench(root: Path, runs: int, photos: int) -> int:
+    need_build_extra("bench")
     import targets as target_table
     from pipeline.frontends.bench import format_rows, run_bench
 
@@ -270,6 +289,11 @@ def _bench(root: Path, runs: int, photos: int) -> int:
     print(format_rows(result["rows"]))
     for note in result.get("notes") or []:
         print(f"note: {note}")
+    if result.get("felt"):
+        from pipeline.frontends.bench_felt import format_felt
+
+        print()
+        print(format_felt(result["felt"]))
     print(f"\nmedian of {runs} interleaved rounds per case on {result['host']} (rotating order, each timed "
           f"call right after an untimed one of the same case, onnxruntime pools not spinning); x = torch eager "
           f"median / this median, 1-thread rows only (default-thread rows show their p10-p90 spread instead); "
@@ -333,7 +357,7 @@ def _model(root: Path, runtime, verbose: bool):
     from pipeline.publishing.reading import read_manifest
 
     if not read_manifest(pinned(root)).get("targets"):
-        raise InputError(f"nothing is published in {root}", "run `invoke build --target onnx` first (or pass --out)")
+        raise InputError(f"nothing is published in {root}", f"run `{COMMAND} build --target onnx` first (or pass --out)")
     return load(root, runtime, verbose=verbose)
 
 
@@ -369,6 +393,7 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         path = opts.writable_file("out", out) if out is not None else None
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
+        need_build_extra("train")
         from pipeline.training.train import DEFAULT_OUT as TRAINED
         from pipeline.training.train import check_out, main
 

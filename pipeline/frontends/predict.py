@@ -15,12 +15,13 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, install_fix
 from pipeline.publishing.reading import check_variant_files
-from pipeline.relevance.model import WAYS_OF_KNOWING
+from pipeline.relevance.signature import WAYS_OF_KNOWING
 from pipeline.stages.target import Target
 
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
@@ -58,7 +59,7 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
     names = {}
     for name, entry in (manifest.get("targets") or {}).items():
         target = targets.get(name)
-        if target is None or entry.get("status") != "published" or target.missing_modules():
+        if target is None or entry.get("status") != "published" or target.missing_runtime_modules():
             continue
         if type(target).published_runner is Target.published_runner:
             continue  # the target offers no runtime here (CoreML off macOS, TensorRT without a GPU)
@@ -82,8 +83,11 @@ def choose_runtime(requested: str | None, names: dict, out: Path, manifest: dict
                          "run `invoke build --target onnx` (or executorch, ptl) first")
     if requested is not None:
         if requested not in names:
-            raise InputError(_not_runnable(requested, manifest, targets, shown),
-                             f"use one of: {', '.join(sorted(names))}")
+            target = targets.get(requested.split(":", 1)[0])
+            missing = target is not None and target.missing_runtime_modules()
+            fix = (f"install its runtime: {install_fix(target.runtime_extra or target.extra)}, or use one of: "
+                   if missing else "use one of: ")
+            raise InputError(_not_runnable(requested, manifest, targets, shown), fix + ", ".join(sorted(names)))
         return requested
     measured = _bench_order(out, names)
     return next((n for n in measured + list(PREFERRED) if n in names), sorted(names)[0])
@@ -99,8 +103,8 @@ def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) ->
         return f"runtime {requested!r} is not published in {shown}"
     if type(target).published_runner is Target.published_runner:
         return f"{name!r} is published in {shown} but has no runtime in Python ({target.summary})"
-    if target.missing_modules():
-        return f"{name!r} is published in {shown} but its runtime ({', '.join(target.missing_modules())}) is not installed"
+    if target.missing_runtime_modules():
+        return f"{name!r} is published in {shown} but its runtime ({', '.join(target.missing_runtime_modules())}) is not installed"
     return f"{requested!r} is not a verified variant of {name!r} in {shown}"
 
 
@@ -140,22 +144,38 @@ def _row_times(row, names: dict) -> list[tuple[str, float]]:
 def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, manifest: dict,
                  targets: dict) -> np.ndarray:
     """The query as float32 [1, D]: from a .npy of shape [D], or a sentence through the encoder
-    this checkpoint has: a published one (arr-coc-0-1's, Target.encode_query), else MiniLM for D=384."""
+    this checkpoint has (sentence_encoder), loaded for this one sentence."""
     if embedding is not None:
         return _embedding_file(embedding, dim)
     check_query_text(text)
+    encoder = sentence_encoder(dim, out, manifest, targets)
+    try:
+        return encoder(text)
+    finally:
+        getattr(encoder, "close", lambda: None)()
+
+
+def sentence_encoder(dim: int, out: Path, manifest: dict, targets: dict) -> Callable[[str], np.ndarray]:
+    """text -> float32 [1, D], loaded once: the published encoder (Target.query_encoder: onnxruntime
+    and tokenizers, no torch), else MiniLM through sentence-transformers for D=384 (the text extra)."""
     for name, entry in (manifest.get("targets") or {}).items():
-        if entry.get("status") == "published" and name in targets and not targets[name].missing_modules():
-            query = targets[name].encode_query(out, entry, text)
-            if query is not None:
-                return query
+        if entry.get("status") == "published" and name in targets and not targets[name].missing_runtime_modules():
+            encoder = targets[name].query_encoder(out, entry)
+            if encoder is not None:
+                return encoder
     from pipeline.relevance import text_encoder
 
     if dim != text_encoder.EMBED_DIM:
         raise InputError(f"no query encoder for this checkpoint's width {dim} is published in {out}",
                          "build it: invoke build --target text-encoder --base-model QWEN3_VL_SNAPSHOT_DIR "
-                         f"(or pass --query-embedding FILE.npy, float32 [{dim}])")
+                         f"(arrcoc-edge build once installed), or pass a query embedding: float32 [{dim}]")
+    return _sentence_transformers
+
+
+def _sentence_transformers(text: str) -> np.ndarray:
     import logging
+
+    from pipeline.relevance import text_encoder
 
     logging.disable(logging.WARNING)  # import-time notices of torchao and torch, not about this query
     try:
@@ -164,16 +184,17 @@ def query_vector(text: str | None, embedding: Path | None, dim: int, out: Path, 
         logging.disable(logging.NOTSET)
 
 
-def check_query_text(text: str) -> None:
+def check_query_text(text: str, what: str = "--query") -> None:
     """A sentence the encoders can take: not empty, and text (a shell's $'\\xff\\xfe' arrives as
-    undecodable bytes, which no tokenizer takes)."""
+    undecodable bytes, which no tokenizer takes). what: how the message names it (the option, or
+    "the query" for a Python caller)."""
     if not text.strip():
-        raise InputError("--query is empty", "type the question, e.g. --query 'where is the cat?'")
+        raise InputError(f"{what} is empty", "type the question, e.g. 'where is the cat?'")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError(f"--query {_as_bytes(text)[:40]!r} is not UTF-8 text",
-                         "type the question as text (or pass --query-embedding FILE.npy)") from None
+        raise InputError(f"{what} {_as_bytes(text)[:40]!r} is not UTF-8 text",
+                         "type the question as text (or pass a query embedding, float32 [D])") from None
 
 
 def _as_bytes(text: str) -> bytes:

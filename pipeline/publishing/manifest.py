@@ -12,7 +12,7 @@ import platform
 import time
 from pathlib import Path
 
-from pipeline.relevance.checkpoint import sha256_file
+from pipeline.relevance.digest import sha256_file
 
 SCHEMA = "arrcoc-edge/manifest/1"
 _TOOLCHAIN = (

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import CheckpointError, SettingsError
+from pipeline.relevance.digest import sha256_file  # noqa: F401 - re-exported (the checkpoint's identity)
 from pipeline.relevance.model import ModelConfig, RelevanceModel, build_model, learned_shapes
 from pipeline.relevance.texture_maths import CELL
 
@@ -44,14 +44,6 @@ class LoadedCheckpoint:
     layout: str  # "arrcoc-safetensors" or "reference-state-dict"
     ignored_keys: list[str] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_checkpoint(path: str | Path, grid: int | None = None, top_k: int | None = None) -> LoadedCheckpoint:

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from pipeline.relevance.checkpoint import read_state_dict
 from pipeline.errors import InputError, MissingExtraError
 
 TABLE_KEY_CHECKPOINT = "base_model.model.language_model.embed_tokens.weight"
@@ -64,12 +62,16 @@ class Table:
         return _as_tensor(self.rows_of[start:stop])
 
     def take(self, ids: list[int]) -> torch.Tensor:
+        import torch
+
         if isinstance(self.rows_of, torch.Tensor):
             return self.rows_of[torch.as_tensor(ids, dtype=torch.long)]
         return torch.stack([_as_tensor(self.rows_of[i : i + 1])[0] for i in ids])
 
 
 def _as_tensor(x) -> torch.Tensor:
+    import torch  # in the functions that need it: a published encoder runs on tokenizers alone (pipeline.load)
+
     return x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
 
 
@@ -78,6 +80,8 @@ def table_in_checkpoint(path: Path) -> Table | None:
     when the checkpoint does not carry it (ours never does)."""
     if path.suffix.lower() not in (".pt", ".pth"):
         return None
+    from pipeline.relevance.checkpoint import read_state_dict
+
     table = read_state_dict(path).get(TABLE_KEY_CHECKPOINT)
     if table is None:
         return None
@@ -319,6 +323,8 @@ def exact_query(table: Table, ids: list[int]) -> np.ndarray:
     rounded to bf16 (what `embed_tokens(ids).mean(dim=1)` returns for a bf16 model), as float32 [D]."""
     if not ids:
         raise InputError("the query has no tokens", "type at least one word")
+    import torch
+
     rows = table.take(ids).to(torch.bfloat16)[None]  # [1, T, D]: the reference's batch of one
     return rows.mean(dim=1)[0].float().numpy()
 

@@ -20,8 +20,8 @@ from torch.export import Dim
 from pipeline.relevance import model as model_module
 from pipeline.relevance.checkpoint import LoadedCheckpoint, sha256_file
 from pipeline.errors import ExportError
+from pipeline.relevance.signature import MAX_BATCH  # noqa: F401 - re-exported
 
-MAX_BATCH = 64
 # An example batch of 1 would specialise the batch dimension to a constant: use 2.
 _EXAMPLE_BATCH = 2
 

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from pipeline.errors import InputError
-from pipeline.relevance.model import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
+from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
 
 # Photo name -> loader. Chosen for variety: people, animals, objects, space, microscopy,
 # synthetic colour, a logo with transparency, a street scene, landscapes.
@@ -249,6 +248,8 @@ def _split(photos: tuple[str, ...], whole: tuple, cfg: ModelConfig, query_offset
 def reference_outputs(model: torch.nn.Module, split: GoldenSplit, batch: int = 16) -> dict[str, np.ndarray]:
     """Eager float32 outputs of the model on a split, keyed by output name."""
     outs: dict[str, list] = {name: [] for name in OUTPUT_NAMES}
+    import torch  # here, not at the top: load_photo serves predict, which runs without torch
+
     with torch.no_grad():
         for start, stop in split.runs(batch, first_alone=False):
             inp = split.inputs(start, stop)

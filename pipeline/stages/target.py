@@ -20,16 +20,18 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from pipeline.errors import ExportError, MissingExtraError
-from pipeline.relevance.checkpoint import LoadedCheckpoint
-from pipeline.relevance.model import OUTPUT_NAMES
-from pipeline.stages.export import ExportedProgramFile
-from pipeline.stages.golden import GoldenSet, GoldenSplit
+from pipeline.errors import ExportError, MissingExtraError, install_fix
+from pipeline.relevance.signature import OUTPUT_NAMES
 from pipeline.stages.parity import Gate
+
+if TYPE_CHECKING:  # torch lives behind these: a published model runs without it (pipeline.load)
+    from pipeline.relevance.checkpoint import LoadedCheckpoint
+    from pipeline.stages.export import ExportedProgramFile
+    from pipeline.stages.golden import GoldenSet, GoldenSplit
 
 Arrays = dict[str, np.ndarray]
 
@@ -97,17 +99,23 @@ class Target:
     uses: tuple[str, ...] = ()
     notes: str = ""  # shown in the build table (e.g. "deprecated upstream")
 
+    # What the published files need to run here (published_runner, query_encoder): None means
+    # `modules`. Narrower for targets whose artifacts run on the inference install (no torch, no onnx).
+    runtime_modules: tuple[str, ...] | None = None
+    runtime_extra: str | None = None  # the extra that installs runtime_modules (None: `extra`)
+
     def missing_modules(self) -> list[str]:
         return [m for m in self.modules if importlib.util.find_spec(m.split(".")[0]) is None]
+
+    def missing_runtime_modules(self) -> list[str]:
+        wanted = self.modules if self.runtime_modules is None else self.runtime_modules
+        return [m for m in wanted if importlib.util.find_spec(m.split(".")[0]) is None]
 
     def require(self) -> None:
         missing = self.missing_modules()
         if missing:
-            extra = f"pip install -e '.[{self.extra}]'" if self.extra else "pip install the missing packages"
-            raise MissingExtraError(
-                f"target '{self.name}' needs {', '.join(missing)}, which is not installed",
-                f"{extra} (or run scripts/setup.sh)",
-            )
+            raise MissingExtraError(f"target '{self.name}' needs {', '.join(missing)}, which is not installed",
+                                    install_fix(self.extra or "build"))
 
     def check_options(self, options: dict, config) -> None:
         """Raise InputError for bad user options; runs before any stage of the build."""
@@ -135,10 +143,16 @@ class Target:
         pool is process-wide and cannot be resized safely (ExecuTorch's XNNPACK) keeps its own."""
         return None
 
-    def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:
-        """Optional: `text` as the checkpoint's query, float32 [1, D], through this target's published
-        encoder (files listed in `entry`, under `out`), for `invoke predict --query`. None: no encoder."""
+    def query_encoder(self, out: Path, entry: dict) -> Callable[[str], np.ndarray] | None:
+        """Optional: this target's published query encoder (files listed in `entry`, under `out`),
+        loaded once: a callable text -> float32 [1, D], for `invoke predict --query` and
+        `Model.predict(photo, "a sentence")`, with a close() that frees it. None: no encoder."""
         return None
+
+    def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:
+        """`text` as the checkpoint's query, float32 [1, D], through query_encoder (None: no encoder)."""
+        encoder = self.query_encoder(out, entry)
+        return None if encoder is None else encoder(text)
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         """Optional: `pipeline.frontends.bench.BenchCase`s for `invoke bench`, built from this target's

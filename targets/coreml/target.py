@@ -46,11 +46,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from pipeline.errors import ExportError, HostCapabilityError
-from pipeline.relevance.model import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
-from pipeline.stages.export import MAX_BATCH
+from pipeline.relevance.signature import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
+from pipeline.relevance.signature import MAX_BATCH
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant
 from targets.shared import onnx_common
@@ -107,6 +106,8 @@ def coreml_model(model):
 
 def coreml_program(ctx: BuildContext):
     """coreml_model exported with the contract's dynamic shapes and a float16 photo (IMAGE_INPUT)."""
+    import torch  # here: the target table is imported by torch-free inference (pipeline.load)
+
     from pipeline.stages.export import dynamic_shapes, example_inputs
 
     model = coreml_model(ctx.checkpoint.model)

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import ExportError, HostCapabilityError, OutputDirError
-from pipeline.stages.export import MAX_BATCH
+from pipeline.relevance.signature import MAX_BATCH
 from pipeline.stages.golden import write_bundle
 from pipeline.stages.parity import Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant

@@ -47,6 +47,7 @@ class OnnxInt8Target(Target):
     summary = "ONNX INT8 (static QDQ, learned layers chosen on calibration data) + ORT-format for ORT Mobile"
     extra = "int8"
     modules = ("onnx", "onnxruntime", "onnxruntime.quantization")
+    runtime_modules = ("onnxruntime",)  # the published models run on the inference install
     capability = "cpu (onnxruntime)"
     depends_on = ("onnx",)
 

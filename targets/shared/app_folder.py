@@ -35,7 +35,7 @@ import stat
 from pathlib import Path
 
 from pipeline.errors import OutputDirError
-from pipeline.relevance.checkpoint import sha256_file
+from pipeline.relevance.digest import sha256_file
 
 RECORD = ".arrcoc-edge-files.json"
 RECORD_VERSION = 1

@@ -35,7 +35,7 @@ import json
 from pathlib import Path
 
 from pipeline.errors import ExportError
-from pipeline.relevance.model import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
+from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
 from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
 
 CONTRACT_VERSION = 1

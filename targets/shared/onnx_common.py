@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError
-from pipeline.relevance.model import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
+from pipeline.relevance.signature import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
 from pipeline.stages.target import Runner
 
 _ONNX_DTYPES = {"image": "tensor(uint8)", "query": "tensor(float)", "relevance": "tensor(float)",

@@ -26,7 +26,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from pipeline.relevance.checkpoint import sha256_file
+from pipeline.relevance.digest import sha256_file
 
 MANIFEST = "entry.json"
 MANIFEST_MAX_BYTES = 16 << 20

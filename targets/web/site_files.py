@@ -10,14 +10,15 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import MissingExtraError
-from pipeline.relevance.model import OUTPUT_NAMES
+from pipeline.relevance.signature import OUTPUT_NAMES
 from pipeline.stages.golden import bundle_samples, write_array_bundle
 from pipeline.stages.target import BuildContext
 from targets.shared import onnx_common
 from targets.web.text_checks import python_qwen_embed, python_token_ids
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = REPO / "web"
+# web/ in a checkout; in an installed package the wheel's copy (setup.py), where `npm ci` installs node_modules
+SOURCES = REPO / "web" if (REPO / "web" / "index.html").is_file() else Path(__file__).resolve().parents[1] / "bundled" / "web"
 PAGE_FILES = ("index.html", "app.js", "style.css")
 ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
 TOKENIZERS_FILES = ("tokenizers.min.mjs",)
@@ -41,8 +42,9 @@ def npm_dist(package: str) -> Path:
     """web/node_modules/<package>/dist, holding every file the page loads from it."""
     dist = SOURCES / "node_modules" / package / "dist"
     if not all((dist / f).is_file() for f in VENDORED[package][0]):
-        raise MissingExtraError(f"{package} is not installed in web/node_modules",
-                                "run scripts/setup.sh (it runs `npm ci` in web/)")
+        raise MissingExtraError(f"{package} is not installed in {SOURCES / 'node_modules'}",
+                                "run scripts/setup.sh (it runs `npm ci` in web/)" if SOURCES.parent == REPO
+                                else f"run `npm ci --prefix {SOURCES}` (the versions its package-lock.json pins)")
     return dist
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
-from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant
 from targets.shared import onnx_common

@@ -1,0 +1,107 @@
+"""The package as a user installs it (issue 42): `pip wheel` of this checkout, installed into a fresh
+venv with no extras (so no torch), then `arrcoc-edge predict --query` answers a sentence from a
+published folder with the numbers of the checkout's FP32 ONNX predict.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, photo_file
+
+pytestmark = pytest.mark.slow  # a wheel, a venv and a build (published_with_encoder)
+
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "constraints.txt", "pipeline", "targets", "web", "mobile",
+           "checkpoints")
+
+
+def tracked(root: Path, names) -> list[str]:
+    """The tracked files under `names` (never node_modules, build outputs or caches)."""
+    out = subprocess.run(["git", "ls-files", "-z", "--", *names], cwd=root, capture_output=True, check=True)
+    return [f for f in out.stdout.decode().split("\0") if f]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """`pip wheel --no-deps` of a copy of the checkout's tracked sources (what a clone holds)."""
+    src, dist = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
+    for name in tracked(REPO, SOURCES):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, src / name)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(dist), str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (found,) = dist.glob("arrcoc_edge-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with `pip install <wheel>` and nothing else (the pins from constraints.txt)."""
+    root = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
+    proc = subprocess.run([str(root / "bin" / "pip"), "install", "-q", "-c", str(REPO / "constraints.txt"), str(wheel)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root
+
+
+def test_the_wheel_holds_the_two_packages_and_the_command(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"pipeline", "targets"}
+    assert "pipeline/bundled/checkpoints/arrcoc-v0.1-trained.safetensors" in names
+    assert {"targets/bundled/web/index.html", "targets/bundled/web/app.js"} <= set(names)
+    assert any(n.startswith("targets/bundled/mobile/android/") for n in names)
+    assert not any("node_modules" in n or "__pycache__" in n for n in names)
+    entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "arrcoc-edge = pipeline.frontends.commands:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_the_installed_command_answers_a_sentence_without_torch(venv, published_with_encoder, tmp_path):
+    python, command = venv / "bin" / "python", venv / "bin" / "arrcoc-edge"
+    assert command.is_file()
+    probe = "import importlib.util as u; print([m for m in ('torch', 'sentence_transformers', 'onnx') if u.find_spec(m)])"
+    assert subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path).stdout.strip() == "[]"
+
+    photo = photo_file(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run([str(command), "predict", "--out", str(published_with_encoder), "--image", str(photo),
+                           "--query", "something red", "--json", str(tmp_path / "p.json")],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    installed = json.loads((tmp_path / "p.json").read_text())
+
+    import pipeline  # the checkout's FP32 ONNX predict, with the sentence through sentence-transformers
+    from pipeline.relevance.text_encoder import embed
+
+    with pipeline.load(published_with_encoder, "onnx") as model:
+        checkout = model.predict(photo, "something red").to_json()
+        today = model.predict(photo, embed(["something red"])[0]).to_json()
+    assert installed["runtime"].startswith("onnx (onnxruntime")
+    assert installed["topk_indices"] == checkout["topk_indices"] == today["topk_indices"]
+    assert np.allclose(installed["relevance"], checkout["relevance"], atol=1e-6)
+    assert np.abs(np.subtract(installed["relevance"], today["relevance"])).max() <= 1e-3  # the LOSSLESS gate
+    assert np.abs(np.subtract(installed["weights"], today["weights"])).max() <= 1e-4
+
+
+def test_the_installed_command_has_help_and_exit_codes(venv, tmp_path):
+    command = str(venv / "bin" / "arrcoc-edge")
+    listed = subprocess.run([command, "--list"], capture_output=True, text=True, cwd=tmp_path)
+    assert listed.returncode == 0
+    for name in ("build", "predict", "verify", "merge", "clean", "serve", "bench", "train", "app-tokenize"):
+        assert f"  {name} " in listed.stdout
+    assert "predict" in subprocess.run([command, "predict", "--help"], capture_output=True, text=True).stdout
+    bad = subprocess.run([command, "predict", "--image", str(tmp_path / "none.jpg"), "--query", "x"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.startswith("input error: ") and len(bad.stderr.splitlines()) == 1
+    build = subprocess.run([command, "build", "--target", "onnx", "--out", str(tmp_path / "o")],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert build.returncode != 0 and "pip install 'arrcoc-edge[build" in build.stderr, build.stderr
