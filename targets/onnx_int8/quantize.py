@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.errors import ExportError, InputError
 from pipeline.stages.golden import (
     MIN_CALIBRATION,
@@ -68,9 +70,24 @@ def calibration_split(ctx: BuildContext) -> tuple[GoldenSplit, str]:
     folder = ctx.options.get("calibration_dir")
     if not folder:
         return ctx.golden.calibration, "golden calibration split (photos disjoint from held-out)"
-    split = user_calibration_split(Path(folder), ctx.config)
+    split = with_sentences(user_calibration_split(Path(folder), ctx.config), ctx.golden.calibration)
     split.expected = reference_outputs(ctx.checkpoint.model, split)
-    return split, f"user folder {folder}"
+    return split, f"user folder {folder}" + (" with the golden calibration sentences" if "sentences" in split.subsets else "")
+
+
+def with_sentences(split: GoldenSplit, golden: GoldenSplit) -> GoldenSplit:
+    """The user's photos again, each with the next of the golden calibration split's sentence
+    queries (the user's --calibration-queries when given): sentence embeddings are what the
+    calibrated ranges must hold. Unchanged when the golden set has no sentences."""
+    rows = golden.subsets.get("sentences")
+    if not rows:
+        return split
+    n = max(len(split), len(rows))
+    pairs = sorted((i % len(split), rows[i % len(rows)]) for i in range(n))  # same photo stays together
+    return GoldenSplit(split.names + [f"sentence:{split.names[i]}#{k}" for k, (i, _) in enumerate(pairs)],
+                       split.images + [split.images[i] for i, _ in pairs],
+                       np.concatenate([split.queries, golden.queries[[r for _, r in pairs]]]),
+                       texts=[None] * len(split) + [golden.texts[r] for _, r in pairs])
 
 
 def user_calibration_split(folder: Path, cfg) -> GoldenSplit:
@@ -205,6 +222,10 @@ def measure(path: Path, split: GoldenSplit, tie_tolerance: float) -> dict:
     got = run_split(runner, split)
     metrics = parity_metrics(split.expected, got, tie_tolerance)
     metrics["size_bytes"] = path.stat().st_size
+    # each query kind alone too (sentences, vectors): the published gate holds on each
+    metrics["subsets"] = {kind: parity_metrics({k: v[idx] for k, v in split.expected.items()},
+                                               {k: v[idx] for k, v in got.items()}, tie_tolerance)
+                          for kind, idx in split.subsets.items()}
     return metrics
 
 
@@ -225,9 +246,10 @@ def select(ctx: BuildContext, fp32: Path, split: GoldenSplit, a16: bool,
         summary = quantize(fp32, path, split, cand, learned, a16)
         metrics = measure(path, split, gate.tie_tolerance)
         rows.append({**cand.describe(), **summary, "order": order, "activations": "uint16" if a16 else "int8",
-                     **{k: metrics[k] for k in _SELECTION_KEYS}})
+                     **{k: metrics[k] for k in _SELECTION_KEYS},
+                     "subsets": {kind: {k: m[k] for k in _SELECTION_KEYS if k in m} for kind, m in metrics["subsets"].items()}})
         paths[cand.name] = path
-    passing = {r["name"]: paths[r["name"]] for r in rows if not gate.failures(r)}
+    passing = {r["name"]: paths[r["name"]] for r in rows if not row_failures(r, gate)}
     if passing:  # only these can be chosen; converting the others would cost time for nothing
         fp32_ort, sizes = ort_sizes(ctx, published_fp32, passing)
         for row in rows:
@@ -239,10 +261,17 @@ def select(ctx: BuildContext, fp32: Path, split: GoldenSplit, a16: bool,
         ctx.log(f"[onnx-int8] candidate {row['name']} ({row['activations']} activations): top-K "
                 f"{row['topk_overlap_mean']:.3f} (min {row['topk_overlap_min']:.3f}), "
                 f"rel mean {row['relevance_mean_abs']:.1e}, {kb(row['size_bytes'])}"
+                f"{_sentence_text(row)}"
                 f"{'' if 'ort_bytes' not in row else ' (.ort ' + kb(row['ort_bytes']) + ')'}"
                 f"{'' if row['passed'] else ' -> rejected: ' + ', '.join(row['failures'])}")
     chosen = choose(rows)
     return (paths[chosen["name"]], chosen, rows) if chosen else (None, None, rows)
+
+
+def _sentence_text(row: dict) -> str:
+    m = (row.get("subsets") or {}).get("sentences")
+    return "" if not m else (f"; on sentences top-K {m['topk_overlap_mean']:.3f} (min {m['topk_overlap_min']:.3f}), "
+                             f"rel mean {m['relevance_mean_abs']:.1e}")
 
 
 _SELECTION_KEYS = ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "relevance_max_abs", "size_bytes")
@@ -267,6 +296,7 @@ def row_failures(row: dict, gate: Gate) -> list[str]:
     """Every rule a candidate must pass to be published: its gate on calibration, then its .ort's
     budget (a candidate whose .ort was not converted failed the first already)."""
     failures = gate.failures(row)
+    failures += [f"{kind}: {text}" for kind, m in (row.get("subsets") or {}).items() for text in gate.subset_failures(m)]
     if "ort_bytes" in row and row["ort_bytes"] > row["ort_budget"]:
         failures.append(f"ort {size_rule(row['ort_bytes'], row['ort_budget'])}")
     return failures
