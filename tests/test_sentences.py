@@ -174,3 +174,63 @@ def test_onnx_int8_passes_on_heldout_sentences(tmp_path, cli):
         assert parity["passed"]
     assert entry["variants"]["int8"]["size"]["bytes"] <= 0.35 * fp32
     assert "sentences" in manifest["golden"]["query_source"]
+
+
+# ------------------------------------------------------------------ invoke bench: INT8 against FP32
+
+
+def test_bench_states_int8_against_fp32_whichever_way():
+    from pipeline.frontends.bench import format_int8, int8_vs_fp32
+
+    def row(runtime, case, ms, threads=1):
+        return {"runtime": runtime, "case": case, "median_ms": ms, "threads": threads}
+
+    rows = [row("onnxruntime fp32 (1 thread)", "batch 1 (224x224 crops)", 0.20),
+            row("onnxruntime int8 (1 thread)", "batch 1 (224x224 crops)", 0.25),
+            row("onnxruntime fp32 (1 thread)", "photo 1024x768", 1.0),
+            row("onnxruntime int8 (1 thread)", "photo 1024x768", 0.5),
+            row("onnxruntime int8 (default threads)", "photo 1024x768", 0.1, "default"),
+            row("onnxruntime fp32 (1 thread)", "photo 4032x3024", 5.0)]
+    pairs = int8_vs_fp32(rows)
+    assert [(p["case"], p["speedup"]) for p in pairs] == [("batch 1 (224x224 crops)", 0.8), ("photo 1024x768", 2.0)]
+    text = format_int8(pairs)
+    assert "INT8 1.25x slower" in text and "INT8 2.00x faster" in text
+
+
+# ------------------------------------------------------------------ onnx-int8's weight-only query projection
+
+
+def test_weight_only_projection_computes_in_float_on_int8_weights(tmp_path):
+    """int8_weights: the MatMul's weight stored as int8 with one scale per output channel, the
+    product within that rounding of float, and no MatMulNBits after onnxruntime's extended
+    optimisation (the fusion that put the .ort over its budget)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from targets.onnx_int8.quantize import int8_weights
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((384, 64)) * np.linspace(0.01, 1, 64)).astype(np.float32)  # channels of unequal range
+    graph = helper.make_graph([helper.make_node("MatMul", ["query", "W"], ["y"], name="proj")], "g",
+                              [helper.make_tensor_value_info("query", TensorProto.FLOAT, ["batch", 384])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])],
+                              [numpy_helper.from_array(w, "W")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    int8_weights(path, {"proj"})
+    model = onnx.load(str(path))
+    stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert stored["W_int8_t"].dtype == np.int8 and stored["W_int8_t"].shape == (64, 384) and stored["W_scale"].shape == (64,)
+    assert "W" not in stored
+    q = rng.standard_normal((5, 384)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    got = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, {"query": q})[0]
+    exact = q @ w
+    # per-channel rounding: each output's error is bounded by its own channel's scale
+    assert np.all(np.abs(got - exact) <= stored["W_scale"] * np.abs(q).sum(axis=1, keepdims=True) / 2 + 1e-6)
+    assert np.abs(got - exact).max() < 0.01 * np.abs(exact).max()
+    assert "MatMulNBits" not in {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node}

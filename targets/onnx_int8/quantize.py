@@ -196,8 +196,8 @@ def int8_weights(path: Path, nodes: set[str]) -> None:
 
     model = onnx.load(str(path))
     inits = {t.name: t for t in model.graph.initializer}
-    shapes = onnx.shape_inference.infer_shapes(model).graph.value_info
-    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in shapes}
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input]}
     for node in [n for n in model.graph.node if n.name in nodes]:
         x, name = node.input
         if node.op_type != "MatMul" or name not in inits or ranks.get(x) != 2:
