@@ -234,3 +234,17 @@ def test_weight_only_projection_computes_in_float_on_int8_weights(tmp_path):
     assert np.all(np.abs(got - exact) <= stored["W_scale"] * np.abs(q).sum(axis=1, keepdims=True) / 2 + 1e-6)
     assert np.abs(got - exact).max() < 0.01 * np.abs(exact).max()
     assert "MatMulNBits" not in {n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node}
+
+
+def test_report_shows_sentences_and_vectors_side_by_side():
+    from pipeline.publishing.report import render_markdown
+
+    sub = lambda mean, low, rel: {"topk_overlap_mean": mean, "topk_overlap_min": low,  # noqa: E731
+                                  "relevance_mean_abs": rel, "relevance_max_abs": 0.05}
+    manifest = {"checkpoint": {"path": "c", "sha256": "0" * 64}, "targets": {"onnx-int8": {
+        "status": "published", "variants": {"int8": {"status": "verified", "size": {"bytes": 1, "budget": 2},
+                                                     "parity": {"metrics": {}, "gate": {}, "subsets": {
+                                                         "sentences": sub(0.991, 0.969, 0.0046),
+                                                         "vectors": sub(0.994, 0.984, 0.0044)}}}}}}}
+    text = render_markdown(manifest, None, {})
+    assert "| onnx-int8 | int8 | 0.991 / 0.994 | 0.969 / 0.984 | 0.0046 / 0.0044 | 0.05 / 0.05 |" in text.splitlines()
