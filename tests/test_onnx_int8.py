@@ -21,15 +21,6 @@ def int8_out(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="session")
-def golden(loaded):
-    """The golden set the build makes (issue 41: sentences beside the seeded vectors), so counts and
-    hashes compare with what the build recorded."""
-    from pipeline.stages.golden import build_golden_set
-
-    return build_golden_set(loaded.model, loaded.config, loaded.path)
-
-
 def _manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
