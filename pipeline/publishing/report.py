@@ -357,7 +357,8 @@ def _subset_table(rows: list[dict]) -> str:
     head = "".join(f"<th>{m}<br><small>sentences | vectors</small></th>" for m in SUBSET_METRICS)
     out = [f"<table class='subsets'><tr><th>target</th><th>variant</th>{head}</tr>"]
     for r in measured:
-        cells = "".join(f"<td data-metric='{m}'>{a} | {b}</td>" for m, a, b in subset_cells(r))
+        # data-subset-metric, not data-metric: the parity table's cells are found by (target, variant, metric)
+        cells = "".join(f"<td data-subset-metric='{m}'>{a} | {b}</td>" for m, a, b in subset_cells(r))
         out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}'>"
                    f"<td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>{cells}</tr>")
     return "".join(out) + "</table>"
