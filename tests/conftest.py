@@ -32,7 +32,7 @@ def loaded(checkpoint_path):
 def golden(loaded):
     from pipeline.stages.golden import build_golden_set
 
-    return build_golden_set(loaded.model, loaded.config)
+    return build_golden_set(loaded.model, loaded.config, loaded.path)  # the build's own: sentences and vectors
 
 
 @pytest.fixture(scope="session")

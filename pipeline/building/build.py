@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
                              NotApplicableError)
 from pipeline.publishing import folder_state, locking, publish, reading, takeover
@@ -19,6 +21,7 @@ from pipeline.relevance.checkpoint import load_checkpoint
 from pipeline.stages.export import export_cached
 from pipeline.stages.golden import build_golden_set, write_bundle
 from pipeline.stages.parity import parity_metrics
+from pipeline.stages.sentences import read_sentence_file
 from pipeline.stages.target import BuildContext, Target, Variant, run_split
 
 
@@ -34,6 +37,7 @@ class VariantReport:
     outputs: dict | None = None  # the runtime's held-out outputs, for the report's side-by-side maps
     # parity per instruction set: this host's and each one the target also runs the variant on
     by_isa: dict = field(default_factory=dict)
+    subsets: dict = field(default_factory=dict)  # parity metrics per query kind (sentences, vectors)
 
 
 @dataclass
@@ -104,7 +108,8 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
         runner.close()
     expected = variant.reference(heldout) if variant.reference else heldout.expected
     metrics.update(parity_metrics(expected, got, variant.gate.tie_tolerance))
-    failures = variant.gate.failures(metrics)
+    subsets, failures = subset_parity(variant.gate, heldout, expected, got)
+    failures = variant.gate.failures(metrics) + failures
     by_isa = {}
     loaders = target.other_isas(ctx, variant)
     if loaders:
@@ -118,7 +123,8 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
         status = "failed"
     else:
         status = "verified" if runner.authoritative else "unverified"
-    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got, by_isa)
+    return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got,
+                         by_isa=by_isa, subsets=subsets)
 
 
 def host_isa() -> str:
@@ -129,7 +135,7 @@ def host_isa() -> str:
 def verify_on_isa(name: str, isa: str, load, variant: Variant, heldout, expected: dict, host_got: dict, log,
                   host_failed: bool) -> dict:
     """The held-out split through `variant` on another instruction set's kernels, held to the same
-    gate. Unavailable (HostCapabilityError) -> not measured, with the reason; the variant's status
+    gate, on the whole set and on each query kind alone. Unavailable (HostCapabilityError) -> not measured, with the reason; the variant's status
     is then this host's. A GateError from the run (the runtime died on the model) is a failure."""
     if host_failed:
         return {"measured": False, "reason": f"not measured: the variant failed on {host_isa()} already"}
@@ -147,15 +153,28 @@ def verify_on_isa(name: str, isa: str, load, variant: Variant, heldout, expected
     except GateError as exc:
         return {"measured": True, "passed": False, "failures": [exc.problem], "metrics": {}}
     metrics = parity_metrics(expected, got, variant.gate.tie_tolerance)
-    failures = variant.gate.parity_failures(metrics)
+    subsets, subset_failures = subset_parity(variant.gate, heldout, expected, got)
+    failures = variant.gate.parity_failures(metrics) + subset_failures
     against_host = parity_metrics(host_got, got, variant.gate.tie_tolerance)
     record = {"measured": True, "runtime": runner.runtime, "passed": not failures, "metrics": metrics,
+              "subsets": subsets,
               "vs_host": {k: against_host[k] for k in ("relevance_max_abs", "weights_max_abs", "topk_overlap_min",
                                                           "topk_overlap_strict_mean")},
               "seconds": round(time.monotonic() - started, 1), **({"facts": runner.facts} if runner.facts else {})}
     if failures:
         record["failures"] = failures
     return record
+
+
+def subset_parity(gate, split, expected: dict, got: dict) -> tuple[dict, list[str]]:
+    """Metrics per query kind (sentences, vectors) and the gate's parity limits held on each on its
+    own: a variant that passes on the whole set but fails on sentences alone is not published."""
+    subsets, failures = {}, []
+    for kind, idx in split.subsets.items():
+        pick = lambda arrays: {k: np.asarray(v)[idx] for k, v in arrays.items()}  # noqa: E731
+        subsets[kind] = parity_metrics(pick(expected), pick(got), gate.tie_tolerance)
+        failures += [f"{kind}: {text}" for text in gate.subset_failures(subsets[kind])]
+    return subsets, failures
 
 
 def run_stage(target: Target, ctx: BuildContext) -> StageResult:
@@ -180,7 +199,8 @@ def run_stage(target: Target, ctx: BuildContext) -> StageResult:
 
 def build_inputs(checkpoint: Path, options: dict) -> list[Path]:
     """What a build reads from the user: its output folder may be none of them nor hold one."""
-    return [checkpoint, *(options[k] for k in ("calibration_dir", "base_model") if options.get(k) is not None)]
+    return [checkpoint, *(options[k] for k in ("calibration_dir", "calibration_queries", "base_model")
+                          if options.get(k) is not None)]
 
 
 def run_build(
@@ -252,7 +272,9 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     locking.check_interrupted()
     program = export_cached(ckpt, folder_state.cache_root(out) / "export")
     log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
-    golden = build_golden_set(ckpt.model, ckpt.config)
+    user_sentences = read_sentence_file(options["calibration_queries"]) if options.get("calibration_queries") else None
+    golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"), user_sentences)
+    log(f"golden set: held-out {golden.describe()['heldout']['subsets']}; queries: {golden.query_source}")
     run_dir = locking.new_staging(out)
     stages: dict[str, StageResult] = {}
     try:

@@ -59,12 +59,12 @@ class BuildResult:
 
 
 def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint: str | os.PathLike | None = None, *,
-          calibration: str | os.PathLike | None = None, grid: int | None = None, top_k: int | None = None,
+          calibration: str | os.PathLike | None = None, calibration_queries: str | os.PathLike | None = None, grid: int | None = None, top_k: int | None = None,
           base_model: str | os.PathLike | None = None, progress: bool = False, verbose: bool = False) -> BuildResult:
     """`invoke build` as a function: every option of the command, as keyword arguments. Returns a
     typed result (a failed gate is result.ok False, not an exception); bad options raise InputError
     (or another ArrcocError) before anything is built. progress=True shows the live progress."""
-    options = {"calibration_dir": calibration, "grid": grid, "top_k": top_k, "base_model": base_model}
+    options = {"calibration_dir": calibration, "calibration_queries": calibration_queries, "grid": grid, "top_k": top_k, "base_model": base_model}
     raw, root = build_stages(targets, checkpoint, out, {k: v for k, v in options.items() if v is not None},
                              verbose, show=progress)
     from pipeline.publishing.reading import read_manifest
@@ -95,6 +95,8 @@ def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: b
     for key, name in (("calibration_dir", "calibration"), ("base_model", "base-model")):
         if options.get(key) is not None:
             options[key] = opts.existing_folder(name, os.fspath(options[key]))
+    if options.get("calibration_queries") is not None:  # the whole file checked now: a bad one builds nothing
+        options["calibration_queries"] = opts.sentence_file("calibration-queries", os.fspath(options["calibration_queries"]))
     options.update(grid=opts.optional_positive("grid", options.get("grid")),
                    top_k=opts.optional_positive("top-k", options.get("top_k")))
     root = opts.out_folder(None if out is None else os.fspath(out), DEFAULT_OUT)

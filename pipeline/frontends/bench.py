@@ -316,7 +316,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               "checkpoint_sha256": ckpt.sha256,
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
               "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder,
-              "felt": felt}
+              "felt": felt, "int8_vs_fp32": int8_vs_fp32(rows)}
     from pipeline.publishing import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
@@ -328,7 +328,36 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
             f"{folder['photos_per_s']:.1f} photos/s ({folder['seconds']:.1f} s, start and model load included)")
     if result["goals"]:
         log("bench: speed goals, time ratios of 1-thread medians of this run:\n" + format_goals(result["goals"]))
+    if result["int8_vs_fp32"]:
+        log("bench: INT8 against FP32 in onnxruntime, 1 thread, medians of this run (the seed promised INT8 "
+            "'2-3x faster'; measured, whichever way it comes out):\n" + format_int8(result["int8_vs_fp32"]))
     return result
+
+
+# (INT8 runtime, its FP32 runtime) pairs of one target, timed side by side in one run (1 thread)
+INT8_PAIRS = (("onnxruntime int8 (1 thread)", "onnxruntime fp32 (1 thread)"),
+              ("onnxruntime int8-ort (1 thread)", "onnxruntime fp32-ort (1 thread)"))
+
+
+def int8_vs_fp32(rows: list[dict]) -> list[dict]:
+    """INT8 vs FP32 in onnxruntime at the 16*G crop (batch 1) and the 1024x768 photo: both medians
+    and the speed-up (fp32 / int8; below 1 means INT8 is slower). Empty when onnx-int8 is not published."""
+    median = {(r["runtime"], r["case"]): r["median_ms"] for r in rows if r["threads"] == 1}
+    cases = [c for c in dict.fromkeys(r["case"] for r in rows) if c.startswith((CROPS, PHOTO_1024))]
+    out = []
+    for int8, fp32 in INT8_PAIRS:
+        for case in cases:
+            a, b = median.get((int8, case)), median.get((fp32, case))
+            if a is not None and b is not None:
+                out.append({"case": case, "int8": int8, "fp32": fp32, "int8_ms": a, "fp32_ms": b,
+                            "speedup": round(b / a, 3)})
+    return out
+
+
+def format_int8(pairs: list[dict]) -> str:
+    return "\n".join(f"{p['case']}: {p['int8']} {p['int8_ms']:.3f} ms vs {p['fp32']} {p['fp32_ms']:.3f} ms: "
+                     + (f"INT8 {p['speedup']:.2f}x faster" if p["speedup"] >= 1 else f"INT8 {1 / p['speedup']:.2f}x slower")
+                     for p in pairs)
 
 
 def host_description() -> str:

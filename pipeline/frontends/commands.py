@@ -77,6 +77,8 @@ def _exit(code: int) -> None:
         "out": "output folder; default: artifacts/",
         "verbose": VERBOSE,
         "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
+        "calibration_queries": "text file, one sentence a line (at least 8): the sentences quantised targets "
+                               "calibrate on (default: the golden set's calibration sentences)",
         "grid": "patch grid G (G x G patches, input 16*G px); default: the checkpoint's (reference .pt: 32)",
         "top_k": "patches selected K, 1..G*G; default: the checkpoint's (reference .pt: 200)",
         "base_model": "local Qwen3-VL snapshot folder (tokenizer.json, safetensors): the query encoder of a "
@@ -84,12 +86,12 @@ def _exit(code: int) -> None:
     }
 )
 def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None,
-          base_model=None):
+          base_model=None, calibration_queries=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
     from pipeline.frontends import cli
 
     options = {"calibration_dir": calibration} if calibration is not None else {}
-    options.update(grid=grid, top_k=top_k, base_model=base_model)
+    options.update(grid=grid, top_k=top_k, base_model=base_model, calibration_queries=calibration_queries)
     _exit(cli.build(target, checkpoint, out, verbose, options))
 
 

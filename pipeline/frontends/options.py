@@ -107,6 +107,15 @@ def existing_file(name: str, value: str) -> Path:
     return path
 
 
+def sentence_file(name: str, value: str) -> Path:
+    """--calibration-queries FILE: an existing file of one sentence a line, read and checked whole now."""
+    from pipeline.stages.sentences import read_sentence_file
+
+    path = existing_file(name, value)
+    read_sentence_file(path)
+    return path
+
+
 def part_folders(text: str | None) -> list[Path]:
     """`--parts a,b` -> existing, distinct folders; checked before anything is read or written."""
     names = [t.strip() for t in (text or "").split(",") if t.strip()]

@@ -50,6 +50,8 @@ def _parity(report) -> dict:
     v = report.variant
     parity = {
         "metrics": report.metrics,
+        # the same metrics on each query kind alone (sentences, vectors), each held to the gate
+        "subsets": getattr(report, "subsets", {}),
         "gate": v.gate.to_dict(),
         "passed": report.status != "failed" and not report.failures,
         "measured": report.runtime is not None,

@@ -148,6 +148,7 @@ def variant_rows(manifest: dict) -> list[dict]:
                 "target_status": entry.get("status"), "reason": v.get("reason") or entry.get("reason") or "",
                 "bytes": (v.get("size") or {}).get("bytes"), "budget": (v.get("size") or {}).get("budget"),
                 "metrics": parity.get("metrics") or {}, "gate": parity.get("gate") or {},
+                "subsets": parity.get("subsets") or {},
                 "runtime": parity.get("runtime") or _not_measured(entry.get("status")), "measured": parity.get("measured"),
             })
             rows += _not_built_rows(name, v)
@@ -161,7 +162,7 @@ def _not_built_rows(target: str, variant: dict) -> list[dict]:
     skipped = (variant.get("info") or {}).get("not_built") or {}
     return [{"target": target, "variant": str(name), "status": "not built", "variant_status": "not-built",
              "target_status": None, "reason": str(reason), "bytes": None, "budget": None, "metrics": {},
-             "gate": {}, "runtime": "not built", "measured": None}
+             "gate": {}, "subsets": {}, "runtime": "not built", "measured": None}
             for name, reason in (skipped.items() if isinstance(skipped, dict) else ())]
 
 
@@ -264,6 +265,7 @@ def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: G
         "<link rel='icon' href='data:,'>", f"<style>{_CSS}</style></head><body>",
         "<h1>arrcoc-edge build report</h1>", _header(manifest),
         "<h2>Targets</h2>", _status_table(manifest), "<h2>Parity against the gates</h2>", _parity_table(rows),
+        "<h2>Parity on sentences and on vectors</h2>", _subset_table(rows),
         "<h2>Parity per instruction set</h2>", _isa_html(manifest),
         "<h2>Balancer weights per preset</h2>", _weights_html(weights),
         "<h2>Sample apps: compiled and tested on this host</h2>", _apps_html(manifest),
@@ -395,6 +397,33 @@ def _isa_markdown(manifest: dict) -> list[str]:
     return lines
 
 
+
+SUBSET_METRICS = ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "relevance_max_abs")
+
+
+def subset_cells(r: dict) -> list[tuple[str, str, str]]:
+    """(metric, sentences, vectors) for a row: the held-out set's two query kinds side by side."""
+    sub = r.get("subsets") or {}
+    return [(m, fmt_metric((sub.get("sentences") or {}).get(m)), fmt_metric((sub.get("vectors") or {}).get(m)))
+            for m in SUBSET_METRICS]
+
+
+def _subset_table(rows: list[dict]) -> str:
+    """Each variant's parity on typed sentences (through the published query encoder) and on seeded
+    unit vectors; the gate holds on each alone."""
+    measured = [r for r in rows if r.get("subsets")]
+    if not measured:
+        return "<p>No variant was measured per query kind (a manifest written before issue 41, or nothing measured).</p>"
+    head = "".join(f"<th>{m}<br><small>sentences | vectors</small></th>" for m in SUBSET_METRICS)
+    out = [f"<table class='subsets'><tr><th>target</th><th>variant</th>{head}</tr>"]
+    for r in measured:
+        # data-subset-metric, not data-metric: the parity table's cells are found by (target, variant, metric)
+        cells = "".join(f"<td data-subset-metric='{m}'>{a} | {b}</td>" for m, a, b in subset_cells(r))
+        out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}'>"
+                   f"<td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>{cells}</tr>")
+    return "".join(out) + "</table>"
+
+
 def app_builds(manifest: dict) -> list[tuple[str, dict]]:
     """(target, record) for every published variant that records how its app was compiled and
     tested (`info.app_build`, written by the app targets)."""
@@ -502,6 +531,12 @@ def render_markdown(manifest: dict, bench: dict | None, weights: dict | None = N
         lines.append(f"| {r['target']} | {r['variant']} | {r['status']} | {' '.join(size_cells(r['bytes'], r['budget']))} | "
                      f"{fmt_metric(m.get('relevance_max_abs'))} | {fmt_metric(m.get('topk_overlap_mean'))} | "
                      f"{fmt_metric(m.get('topk_overlap_min'))} | {r['reason'].replace('|', '/')} |")
+    measured = [r for r in variant_rows(manifest) if r.get("subsets")]
+    if measured:
+        lines += ["", "## Parity on sentences | vectors (held-out, each gated on its own)", "",
+                  "| target | variant | " + " | ".join(SUBSET_METRICS) + " |", "|---|---|" + "---|" * len(SUBSET_METRICS)]
+        lines += [f"| {r['target']} | {r['variant']} | " + " | ".join(f"{a} / {b}" for _, a, b in subset_cells(r)) + " |"
+                  for r in measured]
     lines += _isa_markdown(manifest)
     lines += _weights_markdown(weights)
     lines += _apps_markdown(manifest)

@@ -9,8 +9,14 @@ pixel is ever seen by a calibrator. Every sample is a photo as the contract take
   * whole photos at their own sizes and aspects: landscape, portrait, a panorama, one smaller
     than 16*G, one of 12 MP, each run alone (a batch holds photos of one size).
 
-Query embeddings: a fixed, seeded set of unit vectors of the checkpoint's width D (recorded as
-`query_source`). The reference outputs are computed by the eager PyTorch model in float32.
+Queries, two subsets per split (issue 41), each gated on its own:
+  * sentences: every crop and whole photo again, each with a real sentence (sentences.py: a
+    calibration list disjoint from the held-out list) encoded by the query encoder the build
+    publishes for this checkpoint; sample names carry the prefix SENTENCE_PREFIX;
+  * vectors: a fixed, seeded set of unit vectors of the checkpoint's width D, a stress set of
+    queries no encoder produces.
+Where the checkpoint has no encoder here, the sentences subset is empty and `query_source` says
+why. The reference outputs are computed by the eager PyTorch model in float32.
 """
 from __future__ import annotations
 
@@ -48,6 +54,10 @@ WHOLE_HELDOUT = (
 )
 MIN_CALIBRATION = 8
 QUERY_SEED = 20261122
+SENTENCE_PREFIX = "sentence:"  # sentence samples are named sentence:<photo>/<crop or kind> (sentence-2: a second one)
+# The held-out 12 MP photo gets no sentence: its sentence run would add a second 12 MP decode and
+# resize per variant (the slowest sample in the browser) for a resize the query never touches.
+NO_SENTENCE = ("retina/12mp",)
 
 
 @dataclass
@@ -56,6 +66,18 @@ class GoldenSplit:
     images: list[np.ndarray]  # each uint8 [H,W,3]: a photo as the contract takes it
     queries: np.ndarray  # [N,D] float32
     expected: dict[str, np.ndarray] = field(default_factory=dict)
+    texts: list[str | None] | None = None  # the sentence behind each query; None for a seeded vector
+
+    def __post_init__(self):
+        if self.texts is None:
+            self.texts = [None] * len(self.names)
+
+    @property
+    def subsets(self) -> dict[str, list[int]]:
+        """Indices per query kind (sentences, vectors), each gated on its own; an empty one is left out."""
+        kinds = {"sentences": [i for i, t in enumerate(self.texts) if t is not None],
+                 "vectors": [i for i, t in enumerate(self.texts) if t is None]}
+        return {k: v for k, v in kinds.items() if v}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -68,6 +90,8 @@ class GoldenSplit:
             h.update(str(image.shape).encode())
             h.update(np.ascontiguousarray(image).tobytes())
         h.update(np.ascontiguousarray(self.queries).tobytes())
+        if any(t is not None for t in self.texts):
+            h.update(json.dumps(self.texts, ensure_ascii=False).encode())
         return h.hexdigest()
 
     def inputs(self, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
@@ -94,11 +118,11 @@ class GoldenSplit:
     def subset(self, indices: list[int]) -> "GoldenSplit":
         pick = lambda arrays: {k: v[indices] for k, v in arrays.items()}  # noqa: E731
         return GoldenSplit([self.names[i] for i in indices], [self.images[i] for i in indices],
-                           self.queries[indices], pick(self.expected))
+                           self.queries[indices], pick(self.expected), [self.texts[i] for i in indices])
 
     @property
     def whole(self) -> list[int]:
-        """Indices of the whole photos (the rest are 16*G crops)."""
+        """Indices of the whole photos (the rest are 16*G crops), of both query kinds."""
         return [i for i, name in enumerate(self.names) if not name.endswith(CROPS)]
 
 
@@ -107,11 +131,14 @@ class GoldenSet:
     calibration: GoldenSplit
     heldout: GoldenSplit
     query_source: str
+    sentence_source: str = "golden set's calibration list (pipeline/stages/sentences.py)"
 
     def describe(self) -> dict:
+        count = lambda split: {k: len(v) for k, v in split.subsets.items()}  # noqa: E731
         return {
-            "calibration": {"count": len(self.calibration), "sha256": self.calibration.sha256},
-            "heldout": {"count": len(self.heldout), "sha256": self.heldout.sha256},
+            "calibration": {"count": len(self.calibration), "sha256": self.calibration.sha256,
+                            "subsets": count(self.calibration), "sentences_from": self.sentence_source},
+            "heldout": {"count": len(self.heldout), "sha256": self.heldout.sha256, "subsets": count(self.heldout)},
             "query_source": self.query_source,
             "photos": {"calibration": list(CALIBRATION_PHOTOS), "heldout": list(HELDOUT_PHOTOS)},
         }
@@ -231,7 +258,10 @@ def seeded_queries(count: int, dim: int, seed: int = QUERY_SEED) -> np.ndarray:
     return q / np.linalg.norm(q, axis=1, keepdims=True)
 
 
-def _split(photos: tuple[str, ...], whole: tuple, cfg: ModelConfig, query_offset: int) -> GoldenSplit:
+def _split(photos: tuple[str, ...], whole: tuple, cfg: ModelConfig, query_offset: int,
+           texts: list[str] | None = None, encode=None) -> GoldenSplit:
+    """Crops and whole photos with seeded vectors; then, when `encode` is given, the same samples
+    again (but NO_SENTENCE) with `texts` encoded by `encode`: each text once, each sample at least once."""
     names, images = [], []
     for photo in photos:
         rgb = to_rgb_uint8(_photo(photo))
@@ -242,7 +272,25 @@ def _split(photos: tuple[str, ...], whole: tuple, cfg: ModelConfig, query_offset
         names.append(name)
         images.append(whole_photo(to_rgb_uint8(_photo(photo)), how))
     queries = seeded_queries(query_offset + len(names), cfg.query_dim)[query_offset:]
-    return GoldenSplit(names, images, queries)
+    split = GoldenSplit(names, images, queries)
+    if encode is None or not texts:
+        return split
+    usable = [i for i, name in enumerate(names) if name not in NO_SENTENCE]
+    # every sentence at least once and every sample at least once; a sample with two sentences
+    # keeps its place, so same-size photos stay together in batches
+    pairs = sorted(((usable[n % len(usable)], n) for n in range(max(len(usable), len(texts)))))
+    picked, said = [i for i, _ in pairs], [texts[n % len(texts)] for _, n in pairs]
+    vectors = np.asarray(encode(said), dtype=np.float32)
+    if vectors.shape != (len(said), cfg.query_dim):
+        raise InputError(f"the query encoder gave {vectors.shape[1:]}-d embeddings, the checkpoint takes {cfg.query_dim}",
+                         "pass the --base-model snapshot this checkpoint was trained with")
+    seen: dict[int, int] = {}
+    sentence_names = []
+    for i in picked:  # unique names: a second sentence on one sample is sentence-2:<name>
+        seen[i] = seen.get(i, 0) + 1
+        sentence_names.append((SENTENCE_PREFIX if seen[i] == 1 else f"sentence-{seen[i]}:") + names[i])
+    return GoldenSplit(names + sentence_names, images + [images[i] for i in picked],
+                       np.concatenate([queries, vectors]), texts=[None] * len(names) + said)
 
 
 def reference_outputs(model: torch.nn.Module, split: GoldenSplit, batch: int = 16) -> dict[str, np.ndarray]:
@@ -259,9 +307,20 @@ def reference_outputs(model: torch.nn.Module, split: GoldenSplit, batch: int = 1
     return {name: np.concatenate(parts) for name, parts in outs.items()}
 
 
-def build_golden_set(model: torch.nn.Module, cfg: ModelConfig) -> GoldenSet:
-    calibration = _split(CALIBRATION_PHOTOS, WHOLE_CALIBRATION, cfg, query_offset=0)
-    heldout = _split(HELDOUT_PHOTOS, WHOLE_HELDOUT, cfg, query_offset=len(calibration))
+def build_golden_set(model: torch.nn.Module, cfg: ModelConfig, checkpoint: Path | None = None,
+                     base_model: Path | None = None, calibration_queries: list[str] | None = None) -> GoldenSet:
+    """The golden set. checkpoint/base_model choose the sentence encoder (sentences.encoder_for);
+    without a checkpoint path only vectors. calibration_queries: the user's sentences for the
+    calibration split instead of sentences.CALIBRATION."""
+    from pipeline.stages import sentences
+
+    encode, how = (None, "no sentences: no checkpoint path given")
+    if checkpoint is not None:
+        encode, how = sentences.encoder_for(checkpoint, base_model, cfg.query_dim)
+    calib_texts = list(calibration_queries or sentences.CALIBRATION)
+    calibration = _split(CALIBRATION_PHOTOS, WHOLE_CALIBRATION, cfg, 0, calib_texts, encode)
+    vectors = len(calibration.subsets["vectors"])
+    heldout = _split(HELDOUT_PHOTOS, WHOLE_HELDOUT, cfg, vectors, list(sentences.HELDOUT), encode)
     if len(calibration) < MIN_CALIBRATION:
         raise InputError(
             f"calibration split has {len(calibration)} samples, fewer than {MIN_CALIBRATION}",
@@ -269,7 +328,10 @@ def build_golden_set(model: torch.nn.Module, cfg: ModelConfig) -> GoldenSet:
         )
     for split in (calibration, heldout):
         split.expected = reference_outputs(model, split)
-    return GoldenSet(calibration, heldout, query_source=f"seeded unit vectors (numpy seed {QUERY_SEED})")
+    vector_source = f"seeded unit vectors (numpy seed {QUERY_SEED})"
+    source = f"sentences: {how}; vectors: {vector_source}" if encode else f"{vector_source} only ({how})"
+    origin = "the user's --calibration-queries file" if calibration_queries else "pipeline/stages/sentences.py CALIBRATION"
+    return GoldenSet(calibration, heldout, query_source=source, sentence_source=origin)
 
 
 BUNDLE_WHOLE = "chelsea/whole"  # the whole non-square photo every on-device self-check runs (451 x 300)

@@ -68,6 +68,11 @@ class Gate:
     def parity_failures(self, metrics: dict) -> list[str]:
         return [text for name, text in self._judged(metrics) if name != "size_bytes"]
 
+    def subset_failures(self, metrics: dict) -> list[str]:
+        """The parity limits on a subset's parity_metrics (sentences or vectors alone). Limits on
+        what only the whole build measures (an encoder's cosine, the size) are judged there."""
+        return [text for name, text in self._judged(metrics) if name != "size_bytes" and name in metrics]
+
     def _judged(self, metrics: dict) -> list[tuple[str, str]]:
         out = []
         for name, limit in self.maxima.items():

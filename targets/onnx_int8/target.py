@@ -73,6 +73,7 @@ class OnnxInt8Target(Target):
         _remove_tree(ctx.staging / ".candidates")
         quant_info = {
             "format": "QDQ", "per_channel": False, "activations": row["activations"], "weights": "int8",
+            "weight_only_nodes": row.get("weight_only_nodes", []),
             "candidate": row["name"], "participatory_form": row["participatory_form"],
             "quantized_op_types": row["quantized_op_types"],
             "quantized_node_count": row["quantized_node_count"], "calibration": calibration,

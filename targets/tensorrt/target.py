@@ -151,7 +151,10 @@ def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, st
     order = sorted(quantize.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order
     split, _ = quantize.calibration_split(ctx)
     fp32, learned, gate = _upstream_model(ctx, "onnx"), quantize.learned_weight_names(ctx), LOSSY
-    parity_failures = gate.parity_failures
+    def parity_failures(metrics: dict) -> list[str]:  # the whole split and each query kind alone
+        return gate.parity_failures(metrics) + [f"{kind}: {text}" for kind, m in metrics.get("subsets", {}).items()
+                                                 for text in gate.subset_failures(m)]
+
     tried = {}
     for candidate in order:
         dst = ctx.staging / f"model.int8-symmetric.{candidate.name}.onnx"

@@ -54,9 +54,11 @@ SENTENCES = (
 )
 
 
-def golden_sentences(split: GoldenSplit) -> list[str]:
-    """Sentence i of the list for golden sample i: the text behind each held-out query."""
-    return [SENTENCES[i % len(SENTENCES)] for i in range(len(split))]
+def golden_sentences(split: GoldenSplit, fallback: list[str] | tuple = SENTENCES) -> list[str]:
+    """The text behind each golden query: the golden set's own sentence where the row has one (the
+    held-out sentences, issue 41), else sentence i of `fallback` (rows whose query is a seeded vector
+    are run with these awkward inputs: empty, emoji, 256+ tokens...)."""
+    return [t if t is not None else fallback[i % len(fallback)] for i, t in enumerate(split.texts)]
 
 
 class _Encoder:
@@ -426,14 +428,10 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
             "exact": "bf16 rows, mean accumulated in float32, rounded to bf16 (the reference's bf16 model)",
             "corpus_texts": len(texts), "photos": len(photos)}
     reference = lambda split: _split_relevance(ctx, split, np.stack(  # noqa: E731
-        [qq.exact_query(table, qq.token_ids(tokenizer, t)) for t in _cycle(qwen_texts(tokenizer), len(split))]))
+        [qq.exact_query(table, qq.token_ids(tokenizer, t)) for t in golden_sentences(split, qwen_texts(tokenizer))]))
     return [Variant("fp16", files, Gate({**QWEN_GATE.maxima, "size_bytes": budget}, QWEN_GATE.minima, QWEN_GATE.tie_tolerance),
                     budget, primary=True, info=info, metrics={k: v for k, v in tried[-1].items() if k.startswith(("corpus", "query"))},
                     reference=reference, reference_name="the exact encoder (bf16 table rows, mean) -> eager PyTorch float32")]
-
-
-def _cycle(texts: list[str], n: int) -> list[str]:
-    return [texts[i % len(texts)] for i in range(n)]
 
 
 def qwen_embed(session, ids: list[list[int]]) -> np.ndarray:
@@ -473,7 +471,7 @@ def load_qwen(ctx: BuildContext, variant: Variant) -> Runner:
 
     session = onnx_common.ort_session(variant.files[0])
     tokenizer = qq.load_tokenizer(variant.files[1])
-    texts = _cycle(qwen_texts(tokenizer), len(ctx.golden.heldout))
+    texts = golden_sentences(ctx.golden.heldout, qwen_texts(tokenizer))
     return text_runner(ctx, texts, lambda batch: qwen_embed(session, [qq.token_ids(tokenizer, t) for t in batch]),
                        f"onnxruntime {ort.__version__} (CPUExecutionProvider) query encoder -> eager relevance model")
 

