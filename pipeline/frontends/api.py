@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,9 @@ class Model:
         self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
         self._texts: dict[str, np.ndarray] = {}
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
+        # one Model may be shared between threads: its runtime calls and text cache take turns (not
+        # every runtime's session is safe to run from two threads at once; ONNX Runtime's is)
+        self._lock = threading.RLock()
 
     def __enter__(self):
         return self
@@ -204,7 +208,8 @@ class Model:
         return False
 
     def close(self) -> None:
-        self._runner.close()
+        with self._lock:  # not under a call another thread is making
+            self._runner.close()
 
     def __repr__(self) -> str:
         return f"Model({str(self.folder)!r}, runtime={self.runtime!r}, grid={self.grid}, top_k={self.top_k})"
@@ -229,7 +234,7 @@ class Model:
         pixels, source = photo_pixels(photo)
         inputs = {"image": pixels[None], "query": self.query_vector(query)}
         if timed:
-            with pr.third_party_quiet(self._verbose):
+            with self._lock, pr.third_party_quiet(self._verbose):
                 outs, ms = pr.timed(self._runner, inputs)
         else:
             outs, ms = self._call(inputs)
@@ -304,6 +309,10 @@ class Model:
 
     def _call(self, inputs: dict) -> tuple[dict, float]:
         """One runtime call and its wall time in ms; the first one with third-party output silenced."""
+        with self._lock:
+            return self._locked_call(inputs)
+
+    def _locked_call(self, inputs: dict) -> tuple[dict, float]:
         if self._quiet_calls:
             with pr.third_party_quiet(self._verbose):
                 outs, ms = self._timed_call(inputs)
@@ -341,6 +350,10 @@ class Model:
         return vec[None]
 
     def _text_vector(self, text: str) -> np.ndarray:
+        with self._lock:
+            return self._cached_text_vector(text)
+
+    def _cached_text_vector(self, text: str) -> np.ndarray:
         vector = self._texts.get(text)
         if vector is None:
             pr.check_query_text(text)

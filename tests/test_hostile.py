@@ -1,0 +1,85 @@
+"""Issue 43: the new faces under hostile input (threads sharing a Model, files swapped after the check)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# fds 1 and 2 checked at the end of each child: both must still reach the parent's pipes
+FDS_REACH = """
+os.write(1, b"fd1-reaches-stdout\\n")
+os.write(2, b"fd2-reaches-stderr\\n")
+"""
+
+
+def _child(code: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code) + FDS_REACH, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fd1-reaches-stdout" in proc.stdout, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "fd2-reaches-stderr" in proc.stderr, proc.stderr[-2000:]
+    return proc
+
+
+def test_overlapping_silencers_on_two_threads_restore_fds():
+    """A enters, B enters, A leaves, B leaves (forced by events): the process's fds 1 and 2 are
+    the terminal's again, not the /dev/null the second one saw while the first held them."""
+    _child("""
+        import os, threading
+        from pipeline.frontends.predict import third_party_quiet
+        a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+        def first():
+            with third_party_quiet(False):
+                a_in.set(); b_in.wait(10)
+            a_out.set()
+        def second():
+            a_in.wait(10)
+            with third_party_quiet(False):
+                b_in.set(); a_out.wait(10)
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    """, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def onnx_out(checkpoint_path, tmp_path_factory) -> Path:
+    from pipeline.building.build import run_build
+    from targets import TARGETS
+
+    folder = tmp_path_factory.mktemp("hostile") / "out"
+    assert run_build([TARGETS["onnx"]], TARGETS, checkpoint_path, folder, log=lambda m: None).ok
+    return folder
+
+
+def test_two_threads_on_one_model(onnx_out):
+    """Two threads predicting on one Model (the first calls silenced, overlapping): every output
+    equals the one-thread output, and fds 1 and 2 still reach their targets afterwards."""
+    proc = _child("""
+        import os, sys, threading
+        import numpy as np
+        from pipeline import load
+        rng = np.random.default_rng(0)
+        photo = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        with load(sys.argv[1], "onnx") as model:
+            query = rng.standard_normal(model.query_dim).astype(np.float32)
+            results, start = [[], []], threading.Barrier(2)
+            def work(k):
+                start.wait()
+                for _ in range(40):
+                    results[k].append(model.predict(photo, query).relevance)
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+            for t in threads: t.start()
+            for t in threads: t.join()
+            alone = model.predict(photo, query).relevance
+        same = all(np.array_equal(r, alone) for rs in results for r in rs) and len(results[0]) == len(results[1]) == 40
+        print("same-outputs", same)
+    """, str(onnx_out))
+    assert "same-outputs True" in proc.stdout
