@@ -83,3 +83,37 @@ def test_two_threads_on_one_model(onnx_out):
         print("same-outputs", same)
     """, str(onnx_out))
     assert "same-outputs True" in proc.stdout
+
+
+def test_load_runs_the_bytes_it_checked(onnx_out, tmp_path, monkeypatch):
+    """The model file is swapped right after its sha256 check (a hook between the check and the
+    session): load() still runs the checked bytes, so its outputs are the verified model's."""
+    import shutil
+
+    from pipeline import load
+    from pipeline.frontends import predict as pr
+
+    folder = tmp_path / "out"
+    shutil.copytree(onnx_out, folder, symlinks=True)
+    rng = np.random.default_rng(1)
+    photo = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    with load(folder, "onnx") as model:
+        query = rng.standard_normal(model.query_dim).astype(np.float32)
+        verified = model.predict(photo, query).relevance
+
+    real, swapped = pr.check_variant_files, []
+
+    def check_then_swap(out, entry, variant):
+        found = real(out, entry, variant)
+        for rel in entry["variants"][variant]["files"]:
+            target = Path(out) / rel
+            fresh = target.with_name(target.name + ".swap")
+            fresh.write_bytes(b"not the checked model")
+            os.replace(fresh, target)
+            swapped.append(rel)
+        return found
+
+    monkeypatch.setattr(pr, "check_variant_files", check_then_swap)
+    with load(folder, "onnx") as model:
+        assert swapped == ["onnx/model.onnx"]
+        assert np.array_equal(model.predict(photo, query).relevance, verified)

@@ -220,8 +220,8 @@ def open_runtime(out: Path, manifest: dict, targets: dict, requested: str | None
     name = choose_runtime(requested, names, out, manifest, targets, shown)
     target, variant = names[name]
     entry = manifest["targets"][target]
-    check_variant_files(out, entry, variant)
-    return name, targets[target].published_runner(out, entry, variant, threads=threads)
+    checked = check_variant_files(out, entry, variant)  # the runtime gets these bytes, not the path
+    return name, targets[target].published_runner(out, entry, variant, threads=threads, model=checked[0])
 
 
 def predictions(outs: dict, sizes: list[tuple[int, int]], grid: int, top_k: int, runtime: str,
