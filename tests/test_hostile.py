@@ -117,3 +117,53 @@ def test_load_runs_the_bytes_it_checked(onnx_out, tmp_path, monkeypatch):
     with load(folder, "onnx") as model:
         assert swapped == ["onnx/model.onnx"]
         assert np.array_equal(model.predict(photo, query).relevance, verified)
+
+
+def _edited_copy(onnx_out: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the built folder whose (pinned generation's) manifest.json went through edit(dict)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "out"
+    shutil.copytree(onnx_out, folder, symlinks=True)
+    path = Path(os.path.realpath(folder / "manifest.json"))
+    data = json.loads(path.read_text())
+    edit(data)
+    path.chmod(0o644)
+    path.write_text(json.dumps(data))
+    return folder
+
+
+BAD_MANIFESTS = {
+    "variants-a-string": lambda m: m["targets"]["onnx"].__setitem__("variants", "fp32"),
+    "empty-files": lambda m: m["targets"]["onnx"]["variants"]["fp32"].__setitem__("files", []),
+    "no-checkpoint-model": lambda m: m["checkpoint"].pop("model"),
+    "grid-0": lambda m: m["checkpoint"]["model"].__setitem__("grid", 0),
+    "grid-a-string": lambda m: m["checkpoint"]["model"].__setitem__("grid", "14"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MANIFESTS))
+def test_bad_manifest_shape_is_one_typed_line(onnx_out, tmp_path, case):
+    """load() and `invoke verify`'s reader refuse each with an ArrcocError, never AttributeError,
+    IndexError, KeyError, ZeroDivisionError or TypeError."""
+    from pipeline import load
+    from pipeline.errors import ArrcocError
+    from pipeline.publishing.reading import read_manifest
+
+    folder = _edited_copy(onnx_out, tmp_path, BAD_MANIFESTS[case])
+    with pytest.raises(ArrcocError):
+        with load(folder, "onnx") as model:
+            model.predict(np.zeros((64, 64, 3), np.uint8), np.zeros(model.query_dim, np.float32))
+    if case != "no-checkpoint-model":  # a manifest may carry no model settings; load needs them
+        with pytest.raises(ArrcocError):
+            read_manifest(folder)
+
+
+@pytest.mark.parametrize("threads", [0, -1, True, 1.5, "2", 10**6])
+def test_load_threads_bounded(onnx_out, threads):
+    from pipeline import load
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match="threads="):
+        load(onnx_out, "onnx", threads=threads)

@@ -171,17 +171,31 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
 
     if runtime is not None and not isinstance(runtime, str):
         raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise InputError(f"threads={threads!r} is not a whole number >= 1", "pass threads=1 (or None)")
+    check_threads(threads)
     root = output_path(os.fspath(folder))
     base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
     manifest = read_manifest(base)
     if not manifest.get("targets"):
         raise InputError(f"nothing is published in {root}",
                          "build first: pipeline.build(targets='onnx', out=...) or `invoke build --target onnx`")
+    if not manifest.get("checkpoint", {}).get("model"):
+        raise InputError(f"{root}'s manifest.json names no checkpoint.model (grid, top_k, query_dim)",
+                         "rebuild that folder with `invoke build`")
     with pr.third_party_quiet(verbose):
         name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
     return Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
+
+
+MAX_THREADS = 4 * (os.cpu_count() or 1)  # more intra-op threads than this only oversubscribe the cores
+
+
+def check_threads(threads) -> None:
+    """load(threads=N): None or a whole number 1..MAX_THREADS, else one typed line."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise InputError(f"threads={threads!r} is not a whole number from 1 to {MAX_THREADS} (4 per core here)",
+                         "pass threads=1 (or None for the runtime's default)")
 
 
 class Model:

@@ -114,6 +114,9 @@ def check_variant_files(out: Path, entry: dict, variant: str) -> list[bytes]:
     sha256 match the manifest: the runtime is handed these very bytes, never the path again (a file
     swapped between the check and the load would otherwise run unchecked)."""
     found = []
+    if not entry["variants"][variant].get("files"):
+        raise InputError(f"published variant {variant} lists no files in the manifest",
+                         "rebuild that folder with `invoke build`")
     for rel in entry["variants"][variant]["files"]:
         listed = next((f for f in entry.get("files", []) if f["path"] == rel), None)
         data, why = (None, "not listed") if listed is None else checked_bytes(out, listed)
