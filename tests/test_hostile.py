@@ -167,3 +167,50 @@ def test_load_threads_bounded(onnx_out, threads):
 
     with pytest.raises(InputError, match="threads="):
         load(onnx_out, "onnx", threads=threads)
+
+
+def _photo_file(path: Path) -> Path:
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def test_folder_with_link_loop_skips_and_counts_it(onnx_out, tmp_path):
+    """A photo folder holding a link loop named like a photo: the good photo is predicted, the loop
+    is one skipped, counted line (exit 2), not a traceback."""
+    from conftest import run_cli
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _photo_file(photos / "good.png")
+    os.symlink("loop.jpg", photos / "loop.jpg")
+    proc = run_cli("predict", "--image", str(photos), "--query-embedding", str(_query_file(onnx_out, tmp_path)),
+                   "--out", str(onnx_out), "--runtime", "onnx")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "good.png" in proc.stdout and "1 of 2 photos could not be read" in proc.stderr
+
+
+def _query_file(onnx_out: Path, tmp_path: Path) -> Path:
+    import json
+
+    dim = json.loads((onnx_out / "manifest.json").read_text())["checkpoint"]["model"]["query_dim"]
+    np.save(tmp_path / "q.npy", np.full(dim, 0.05, np.float32))
+    return tmp_path / "q.npy"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc: a folder nobody (root included) can write into")
+def test_heatmap_new_folder_in_unwritable_parent_refused_before_the_model_runs(onnx_out, tmp_path):
+    """--heatmap NEWFOLDER whose parent takes no new entry (/proc, even for root): refused in one
+    line before the model runs, not after the predictions, when the folder is made."""
+    from conftest import run_cli
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _photo_file(photos / "a.png")
+    _photo_file(photos / "b.png")
+    proc = run_cli("predict", "--image", str(photos), "--query-embedding", str(_query_file(onnx_out, tmp_path)),
+                   "--out", str(onnx_out), "--runtime", "onnx", "--heatmap", "/proc/arrcoc-heatmaps-new")
+    assert proc.returncode == 2 and "cannot write into /proc" in proc.stderr, proc.stderr[-2000:]
+    assert "a.png:" not in proc.stdout  # refused before any prediction
