@@ -214,3 +214,24 @@ def test_heatmap_new_folder_in_unwritable_parent_refused_before_the_model_runs(o
                    "--out", str(onnx_out), "--runtime", "onnx", "--heatmap", "/proc/arrcoc-heatmaps-new")
     assert proc.returncode == 2 and "cannot write into /proc" in proc.stderr, proc.stderr[-2000:]
     assert "a.png:" not in proc.stdout  # refused before any prediction
+
+
+def test_truncated_photo_says_truncated_not_use_a_png(tmp_path):
+    """A JPEG cut in half is a JPEG: its fix says it is truncated or corrupt, not "use a PNG, JPEG
+    or WebP file"; a file that is no image still gets that advice."""
+    from PIL import Image
+
+    from pipeline.errors import InputError
+    from pipeline.stages.golden import load_photo
+
+    full = tmp_path / "full.jpg"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(full, quality=95)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(InputError) as caught:
+        load_photo(cut)
+    assert "truncated or corrupt" in caught.value.one_line() and "use a PNG" not in caught.value.one_line()
+    text = tmp_path / "notes.jpg"
+    text.write_text("not a photo")
+    with pytest.raises(InputError, match="not an image file"):
+        load_photo(text)
