@@ -236,10 +236,11 @@ class ExecutorchTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return pte_runner(variant.files[0], variant.info["max_batch"])
 
-    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
+                         model: bytes | None = None) -> Runner:
         # threads is not applied: the XNNPACK pool is process-wide (see bench_cases)
         v = entry["variants"][variant]
-        return pte_runner(out / v["files"][0], v["info"]["max_batch"])
+        return pte_runner(model or out / v["files"][0], v["info"]["max_batch"])
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         """Each published .pte in the ExecuTorch runtime: on one thread and on the default XNNPACK
@@ -373,13 +374,14 @@ def _method(path: Path, name: str = "forward"):
     return _program(path).load_method(name)
 
 
-def _program(path: Path):
+def _program(path: Path | bytes):
+    """path: a .pte file, or its checked bytes (the runtime keeps its own copy of a buffer)."""
     from executorch.runtime import Runtime
 
     try:
-        return Runtime.get().load_program(str(path))
+        return Runtime.get().load_program(path if isinstance(path, bytes) else str(path))
     except Exception as exc:  # the runtime raises RuntimeError / ValueError with a C++ status code
-        raise ExportError(f"{path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
+        raise ExportError(f"{'the checked .pte' if isinstance(path, bytes) else path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
                           "rebuild it with `invoke build --target executorch`") from exc
 
@@ -419,7 +421,7 @@ def check_method_meta(path: Path, cfg) -> list[str]:
     return lines
 
 
-def pte_runner(path: Path, max_batch: int) -> Runner:
+def pte_runner(path: Path | bytes, max_batch: int) -> Runner:
     import torch
 
     program = _program(path)

@@ -34,8 +34,9 @@ class OnnxTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return onnx_common.ort_runner(variant.files[0])
 
-    def published_runner(self, out, entry: dict, variant: str, threads: int | None = None) -> Runner:
-        return onnx_common.ort_runner(out / entry["variants"][variant]["files"][0], threads=threads or 0)
+    def published_runner(self, out, entry: dict, variant: str, threads: int | None = None,
+                         model: bytes | None = None) -> Runner:
+        return onnx_common.ort_runner(model or out / entry["variants"][variant]["files"][0], threads=threads or 0)
 
     def bench_cases(self, out, entry: dict) -> list:
         return onnx_common.ort_bench_cases(out, entry, ("fp32",))

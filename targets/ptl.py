@@ -89,11 +89,14 @@ def trace_to_ptl(model, cfg, path: Path) -> Path:
     return expect_file(path, "the .ptl program")
 
 
-def _load(path: Path):
+def _load(path: Path | bytes):
+    """path: a .ptl file, or its checked bytes (read from memory, never re-opened)."""
+    import io
+
     from torch.jit.mobile import _load_for_lite_interpreter
 
     with _quiet():
-        return _load_for_lite_interpreter(str(path))
+        return _load_for_lite_interpreter(io.BytesIO(path) if isinstance(path, bytes) else str(path))
 
 
 class PtlTarget(Target):
@@ -128,9 +131,10 @@ class PtlTarget(Target):
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return ptl_runner(variant.files[0], variant.info.get("square_side"))
 
-    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
+                         model: bytes | None = None) -> Runner:
         v = entry["variants"][variant]
-        return ptl_runner(out / v["files"][0], (v.get("info") or {}).get("square_side"), threads)
+        return ptl_runner(model or out / v["files"][0], (v.get("info") or {}).get("square_side"), threads)
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         import torch
@@ -148,7 +152,7 @@ class PtlTarget(Target):
         return cases
 
 
-def ptl_runner(path: Path, square_side: int | None = None, threads: int | None = None) -> Runner:
+def ptl_runner(path: Path | bytes, square_side: int | None = None, threads: int | None = None) -> Runner:
     """threads: torch's intra-op threads for each call (torch's pool is process-wide, so it is set
     per call, as the bench's rows do); None leaves torch's setting alone."""
     import torch

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,8 +179,7 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
 
     if runtime is not None and not isinstance(runtime, str):
         raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise InputError(f"threads={threads!r} is not a whole number >= 1", "pass threads=1 (or None)")
+    check_threads(threads)
     root = output_path(os.fspath(folder))
     _check_exists(root)
     base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
@@ -187,6 +187,9 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     if not manifest.get("targets"):
         raise InputError(f"nothing is published in {root}",
                          "build first: pipeline.build(targets='onnx', out=...) or `invoke build --target onnx`")
+    if not manifest.get("checkpoint", {}).get("model"):
+        raise InputError(f"{root}'s manifest.json names no checkpoint.model (grid, top_k, query_dim)",
+                         "rebuild that folder with `invoke build`")
     with pr.third_party_quiet(verbose):
         name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
     return Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
@@ -202,6 +205,18 @@ def _check_exists(root: Path) -> None:
         raise InputError(f"{root} is not a folder", "pass the folder a build published into")
 
 
+MAX_THREADS = 4 * (os.cpu_count() or 1)  # more intra-op threads than this only oversubscribe the cores
+
+
+def check_threads(threads) -> None:
+    """load(threads=N): None or a whole number 1..MAX_THREADS, else one typed line."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise InputError(f"threads={threads!r} is not a whole number from 1 to {MAX_THREADS} (4 per core here)",
+                         "pass threads=1 (or None for the runtime's default)")
+
+
 class Model:
     """A published runtime kept open: predict() costs the model's time plus a small overhead
     (`invoke bench` measures it). Close it (or use `with load(...) as model:`) to free the runtime."""
@@ -215,6 +230,9 @@ class Model:
         self._texts: dict[str, np.ndarray] = {}
         self._encoder = None  # the sentence encoder, loaded on the first sentence (pr.sentence_encoder)
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
+        # one Model may be shared between threads: its runtime calls and text cache take turns (not
+        # every runtime's session is safe to run from two threads at once; ONNX Runtime's is)
+        self._lock = threading.RLock()
 
     def __enter__(self):
         return self
@@ -225,8 +243,9 @@ class Model:
 
     def close(self) -> None:
         """Free the runtime and the sentence encoder: a later predict raises InputError."""
-        runner, encoder, self._runner, self._encoder = self._runner, self._encoder, None, None
-        self._texts.clear()
+        with self._lock:  # not under a call another thread is making
+            runner, encoder, self._runner, self._encoder = self._runner, self._encoder, None, None
+            self._texts.clear()
         if runner is not None:
             runner.close()
         getattr(encoder, "close", lambda: None)()
@@ -260,7 +279,7 @@ class Model:
         pixels, source = photo_pixels(photo)
         inputs = {"image": pixels[None], "query": self._query_row(query)}
         if timed:
-            with pr.third_party_quiet(self._verbose):
+            with self._lock, pr.third_party_quiet(self._verbose):
                 outs, ms = pr.timed(self._open_runner(), inputs)
         else:
             outs, ms = self._call(inputs)
@@ -337,6 +356,10 @@ class Model:
 
     def _call(self, inputs: dict) -> tuple[dict, float]:
         """One runtime call and its wall time in ms; the first one with third-party output silenced."""
+        with self._lock:
+            return self._locked_call(inputs)
+
+    def _locked_call(self, inputs: dict) -> tuple[dict, float]:
         runner = self._open_runner()
         if self._quiet_calls:
             with pr.third_party_quiet(self._verbose):
@@ -349,7 +372,7 @@ class Model:
 
     def _timed_call(self, inputs: dict) -> tuple[dict, float]:
         start = time.perf_counter()
-        outs = self._runner.run(inputs)
+        outs = self._open_runner().run(inputs)
         return outs, (time.perf_counter() - start) * 1000.0
 
     def query_vector(self, query) -> np.ndarray:
@@ -379,6 +402,10 @@ class Model:
         return vec[None]
 
     def _text_vector(self, text: str) -> np.ndarray:
+        with self._lock:
+            return self._cached_text_vector(text)
+
+    def _cached_text_vector(self, text: str) -> np.ndarray:
         vector = self._texts.get(text)
         if vector is None:
             pr.check_query_text(text, "the query")

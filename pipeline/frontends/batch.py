@@ -46,10 +46,19 @@ def folder_photos(folder: Path) -> list[Path]:
 
     Image.init()
     known = Image.registered_extensions()
-    with os.scandir(folder) as entries:
-        names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file()
-                       and os.path.splitext(e.name)[1].lower() in known)
+    with os.scandir(folder) as entries:  # cheap checks (name, extension) before any stat
+        names = sorted(e.name for e in entries if not e.name.startswith(".")
+                       and os.path.splitext(e.name)[1].lower() in known and _file_or_unreadable(e))
     return [folder / name for name in names]
+
+
+def _file_or_unreadable(entry: os.DirEntry) -> bool:
+    """A regular file, or an entry that cannot be examined (a link loop, no permission): the latter
+    is kept so that reading it fails as one skipped, counted photo, never the whole run."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return True
 
 
 def heatmap_folder(value: str, photos: list[Path], inputs: list[Path], root: Path, n_queries: int,
@@ -66,6 +75,8 @@ def heatmap_folder(value: str, photos: list[Path], inputs: list[Path], root: Pat
     if not folder.parent.is_dir():
         raise InputError(f"--heatmap {value!r}: folder {folder.parent} does not exist",
                          f"create it first (mkdir -p {folder.parent})")
+    if not os.path.lexists(folder):  # made after the model runs: its parent must take it now
+        pr._probe_folder("heatmap", folder.parent)
     inside = folder_holding(folder / "heatmap.png", [root])  # by identity, as --json and a single --heatmap
     if inside:
         raise InputError(f"--heatmap {value!r} is inside the output folder {inside}",

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -240,8 +241,8 @@ def open_runtime(out: Path, manifest: dict, targets: dict, requested: str | None
     name = choose_runtime(requested, names, out, manifest, targets, shown)
     target, variant = names[name]
     entry = manifest["targets"][target]
-    check_variant_files(out, entry, variant)
-    return name, targets[target].published_runner(out, entry, variant, threads=threads)
+    checked = check_variant_files(out, entry, variant)  # the runtime gets these bytes, not the path
+    return name, targets[target].published_runner(out, entry, variant, threads=threads, model=checked[0])
 
 
 def predictions(outs: dict, sizes: list[tuple[int, int]], grid: int, top_k: int, runtime: str,
@@ -288,25 +289,51 @@ def check_finite(p: Prediction) -> None:
 def third_party_quiet(verbose: bool):
     """Runtimes talk on their own (XNNPACK's `[cpuinfo_utils.cpp:..]` from C++ straight to fd 2,
     torch's UserWarnings): unless --verbose, file descriptors 1 and 2 go to /dev/null while they
-    load and run, as the build sends them to its log. predict's own lines are printed after."""
+    load and run, as the build sends them to its log. predict's own lines are printed after.
+    fds 1 and 2 belong to the process, not the thread: the first of overlapping users saves and
+    redirects them, the last one out restores them (a lock and a count), so two threads on one
+    Model never leave the process writing to /dev/null."""
     if verbose:
         yield
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
+    _quiet_enter()
     try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
         yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
+        _quiet_exit()
+
+
+_QUIET_LOCK = threading.Lock()
+_quiet = {"users": 0, "saved": ()}  # users inside third_party_quiet; fds 1 and 2 as they were before the first
+
+
+def _quiet_enter() -> None:
+    with _QUIET_LOCK:
+        if _quiet["users"] == 0:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            saved = os.dup(1), os.dup(2)
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+            finally:
+                os.close(null)
+            _quiet["saved"] = saved
+        _quiet["users"] += 1
+
+
+def _quiet_exit() -> None:
+    with _QUIET_LOCK:
+        _quiet["users"] -= 1
+        if _quiet["users"] == 0:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            saved, _quiet["saved"] = _quiet["saved"], ()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def describe(p: Prediction) -> str:

@@ -7,6 +7,7 @@ its previously published entry; only a target that never published gets a failed
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import time
@@ -235,3 +236,35 @@ def check_shape(data, path: Path) -> None:
             if len(f["path"]) > MAX_PATH_CHARS or max(len(p.encode()) for p in parts) > MAX_NAME_BYTES:
                 bad(f"file {f['path'][:60]!r}... is longer than a published path may be "
                     f"({MAX_PATH_CHARS} characters, {MAX_NAME_BYTES} bytes a name)")
+        why = _variants_shape(entry.get("variants", {}))
+        if why:
+            bad(f"targets.{name}.variants {why}")
+    why = _model_shape(data.get("checkpoint", {}).get("model", {}))
+    if why:
+        bad(f"checkpoint.model {why}")
+
+
+def _variants_shape(variants) -> str | None:
+    """Why a target's variants would trip predict/load/verify (an object of objects, each one's
+    files a list of paths), or None."""
+    if not isinstance(variants, dict):
+        return f"is a JSON {type(variants).__name__}, not an object"
+    for name, v in variants.items():
+        if not isinstance(v, dict) or not isinstance(v.get("files", []), list) \
+                or not all(isinstance(f, str) for f in v.get("files", [])):
+            return f"entry {str(name)[:40]!r} must be an object with a list of file paths"
+        if v.get("status") == "verified" and not v.get("files"):
+            return f"entry {str(name)[:40]!r} is verified with no files"
+    return None
+
+
+def _model_shape(model) -> str | None:
+    """Why the checkpoint's model settings (grid, top_k, ...) cannot size a prediction, or None:
+    each one present is a whole number >= 1 (JSON's true/false and "14" are not)."""
+    if not isinstance(model, dict):
+        return f"is a JSON {type(model).__name__}, not an object"
+    for key in ("grid", "top_k", "query_dim", "input_size"):
+        value = model.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{key} is {json.dumps(value)[:40]}, not a whole number >= 1"
+    return None

@@ -109,12 +109,36 @@ def read_manifest(out: Path) -> dict:
     return data
 
 
-def check_variant_files(out: Path, entry: dict, variant: str) -> None:
-    """The variant's files are regular files with the manifest's bytes and sha256 (check_file, as
-    bench checks them): never run a file that changed."""
+def check_variant_files(out: Path, entry: dict, variant: str) -> list[bytes]:
+    """The variant's files, each read once into memory and returned as the bytes whose size and
+    sha256 match the manifest: the runtime is handed these very bytes, never the path again (a file
+    swapped between the check and the load would otherwise run unchecked)."""
+    found = []
+    if not entry["variants"][variant].get("files"):
+        raise InputError(f"published variant {variant} lists no files in the manifest",
+                         "rebuild that folder with `invoke build`")
     for rel in entry["variants"][variant]["files"]:
         listed = next((f for f in entry.get("files", []) if f["path"] == rel), None)
-        why = "not listed" if listed is None else check_file(out, listed)
+        data, why = (None, "not listed") if listed is None else checked_bytes(out, listed)
         if why:
             raise InputError(f"published file {rel} is missing or differs from the manifest ({why})",
                              "run `invoke verify` to see what changed, then rebuild with `invoke build`")
+        found.append(data)
+    return found
+
+
+def checked_bytes(base: Path, entry: dict) -> tuple[bytes | None, str | None]:
+    """(the file's bytes, None) when base/entry['path'] is a regular file (no link on the way) with
+    the manifest's size and sha256, else (None, why not). The size is compared before a byte is read,
+    and no more than that size is read."""
+    try:
+        fd, size = open_regular(base, entry["path"])
+    except OSError as exc:
+        return None, why_not_regular(exc)
+    with os.fdopen(fd, "rb") as f:
+        if size != entry["bytes"]:
+            return None, f"{size} bytes, the manifest says {entry['bytes']}"
+        data = f.read(size + 1)
+    if len(data) != size:
+        return None, "it changed while it was read"
+    return (data, None) if hashlib.sha256(data).hexdigest() == entry["sha256"] else (None, "sha256 differs")

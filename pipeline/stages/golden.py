@@ -192,6 +192,7 @@ def load_photo(path: str | Path) -> np.ndarray:
     """A user's image file -> uint8 [H,W,3] as the contract takes it: decoded by PIL, EXIF
     orientation applied, grey and palette images as RGB, alpha dropped, 16-bit pixels to 8 bits
     (eight_bit). No crop, no resize. The size is checked from the header, before anything is decoded."""
+    opened = None
     try:
         with warnings.catch_warnings():
             # Pillow warns on stderr above 89 MP; every such photo is refused below, in one line
@@ -203,11 +204,23 @@ def load_photo(path: str | Path) -> np.ndarray:
         raise InputError(f"{path}: the photo has more pixels than Pillow opens ({exc.__class__.__name__}), "
                          f"so it is over {MAX_SIDE}x{MAX_SIDE}", _SIZE_FIX) from exc
     except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise InputError(
-            f"{path}: cannot be decoded as an image ({exc.__class__.__name__})",
-            "use a PNG, JPEG or WebP file",
-        ) from exc
+        raise photo_error(path, opened, exc) from exc
     return arr
+
+
+def photo_error(path, opened, exc: Exception) -> InputError:
+    """What is wrong with a photo that did not decode, so that the fix fits: not an image format
+    (use a PNG, JPEG or WebP), not readable (a link loop, no permission), or a known format whose
+    pixels are cut short or damaged (a truncated download: the format is fine, the file is not)."""
+    if isinstance(exc, UnidentifiedImageError):
+        return InputError(f"{path}: cannot be decoded, not an image file Pillow reads ({exc.__class__.__name__})",
+                          "use a PNG, JPEG or WebP file")
+    if opened is None and isinstance(exc, OSError) and exc.errno is not None:
+        return InputError(f"{path}: cannot be decoded, the file cannot be read ({exc.strerror or exc.__class__.__name__})",
+                          "check that the file exists, is readable and is not a link loop")
+    form = getattr(opened, "format", None) or "image"
+    return InputError(f"{path}: cannot be decoded, the {form} file is truncated or corrupt ({exc.__class__.__name__}: {str(exc)[:80]})",
+                      f"the {form} header reads but its pixels do not: copy or export the photo again")
 
 
 def decode_image(im: Image.Image, what: str) -> np.ndarray:

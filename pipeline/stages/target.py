@@ -136,11 +136,14 @@ class Target:
         raising HostCapabilityError is recorded as not measured, with its reason."""
         return {}
 
-    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner | None:
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
+                         model: bytes | None = None) -> Runner | None:
         """Optional: published variant `variant` (its files listed in `entry`, under `out`) loaded in
         this target's real runtime, for `invoke predict` and `pipeline.load`. None: no runtime for it
         in this process. threads: the runtime's intra-op threads (None: its default); a runtime whose
-        pool is process-wide and cannot be resized safely (ExecuTorch's XNNPACK) keeps its own."""
+        pool is process-wide and cannot be resized safely (ExecuTorch's XNNPACK) keeps its own.
+        model: the variant's first file's bytes, already checked against the manifest's sha256: when
+        given, the runtime loads these bytes and never re-opens the file (None: read the path)."""
         return None
 
     def query_encoder(self, out: Path, entry: dict) -> Callable[[str], np.ndarray] | None:

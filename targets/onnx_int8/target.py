@@ -136,8 +136,10 @@ class OnnxInt8Target(Target):
             return {}  # this host's own run already is arm64's
         return {isa: (lambda isa=isa: arm64.arm64_runner(variant.files[0], isa=isa)) for isa in arm64.CPUS}
 
-    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None) -> Runner:
-        return onnx_common.ort_runner(out / entry["variants"][variant]["files"][0], threads=threads or 0)  # .onnx or .ort
+    def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
+                         model: bytes | None = None) -> Runner:
+        # .onnx or .ort: onnxruntime takes either format's bytes
+        return onnx_common.ort_runner(model or out / entry["variants"][variant]["files"][0], threads=threads or 0)
 
     def bench_cases(self, out: Path, entry: dict) -> list:
         # every published flavour: the quantised .onnx and both .ort files, timed in onnxruntime,

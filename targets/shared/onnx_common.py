@@ -173,8 +173,8 @@ def ort_session(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int 
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def ort_runner(path: Path, level: str = "ORT_ENABLE_ALL", threads: int = 0) -> Runner:
-    """threads: intra-op threads, 0 for onnxruntime's default (one per core)."""
+def ort_runner(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int = 0) -> Runner:
+    """path: a model file or its checked bytes; threads: intra-op threads, 0 for onnxruntime's default (one per core)."""
     import onnxruntime as ort
 
     session = ort_session(path, level, threads=threads)

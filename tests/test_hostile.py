@@ -1,0 +1,237 @@
+"""Issue 43: the new faces under hostile input (threads sharing a Model, files swapped after the check)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# fds 1 and 2 checked at the end of each child: both must still reach the parent's pipes
+FDS_REACH = """
+os.write(1, b"fd1-reaches-stdout\\n")
+os.write(2, b"fd2-reaches-stderr\\n")
+"""
+
+
+def _child(code: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code) + FDS_REACH, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fd1-reaches-stdout" in proc.stdout, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "fd2-reaches-stderr" in proc.stderr, proc.stderr[-2000:]
+    return proc
+
+
+def test_overlapping_silencers_on_two_threads_restore_fds():
+    """A enters, B enters, A leaves, B leaves (forced by events): the process's fds 1 and 2 are
+    the terminal's again, not the /dev/null the second one saw while the first held them."""
+    _child("""
+        import os, threading
+        from pipeline.frontends.predict import third_party_quiet
+        a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+        def first():
+            with third_party_quiet(False):
+                a_in.set(); b_in.wait(10)
+            a_out.set()
+        def second():
+            a_in.wait(10)
+            with third_party_quiet(False):
+                b_in.set(); a_out.wait(10)
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    """, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def onnx_out(checkpoint_path, tmp_path_factory) -> Path:
+    from pipeline.building.build import run_build
+    from targets import TARGETS
+
+    folder = tmp_path_factory.mktemp("hostile") / "out"
+    assert run_build([TARGETS["onnx"]], TARGETS, checkpoint_path, folder, log=lambda m: None).ok
+    return folder
+
+
+def test_two_threads_on_one_model(onnx_out):
+    """Two threads predicting on one Model (the first calls silenced, overlapping): every output
+    equals the one-thread output, and fds 1 and 2 still reach their targets afterwards."""
+    proc = _child("""
+        import os, sys, threading
+        import numpy as np
+        from pipeline import load
+        rng = np.random.default_rng(0)
+        photo = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        with load(sys.argv[1], "onnx") as model:
+            query = rng.standard_normal(model.query_dim).astype(np.float32)
+            results, start = [[], []], threading.Barrier(2)
+            def work(k):
+                start.wait()
+                for _ in range(40):
+                    results[k].append(model.predict(photo, query).relevance)
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+            for t in threads: t.start()
+            for t in threads: t.join()
+            alone = model.predict(photo, query).relevance
+        same = all(np.array_equal(r, alone) for rs in results for r in rs) and len(results[0]) == len(results[1]) == 40
+        print("same-outputs", same)
+    """, str(onnx_out))
+    assert "same-outputs True" in proc.stdout
+
+
+def test_load_runs_the_bytes_it_checked(onnx_out, tmp_path, monkeypatch):
+    """The model file is swapped right after its sha256 check (a hook between the check and the
+    session): load() still runs the checked bytes, so its outputs are the verified model's."""
+    import shutil
+
+    from pipeline import load
+    from pipeline.frontends import predict as pr
+
+    folder = tmp_path / "out"
+    shutil.copytree(onnx_out, folder, symlinks=True)
+    rng = np.random.default_rng(1)
+    photo = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    with load(folder, "onnx") as model:
+        query = rng.standard_normal(model.query_dim).astype(np.float32)
+        verified = model.predict(photo, query).relevance
+
+    real, swapped = pr.check_variant_files, []
+
+    def check_then_swap(out, entry, variant):
+        found = real(out, entry, variant)
+        for rel in entry["variants"][variant]["files"]:
+            target = Path(out) / rel
+            fresh = target.with_name(target.name + ".swap")
+            fresh.write_bytes(b"not the checked model")
+            os.replace(fresh, target)
+            swapped.append(rel)
+        return found
+
+    monkeypatch.setattr(pr, "check_variant_files", check_then_swap)
+    with load(folder, "onnx") as model:
+        assert swapped == ["onnx/model.onnx"]
+        assert np.array_equal(model.predict(photo, query).relevance, verified)
+
+
+def _edited_copy(onnx_out: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the built folder whose (pinned generation's) manifest.json went through edit(dict)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "out"
+    shutil.copytree(onnx_out, folder, symlinks=True)
+    path = Path(os.path.realpath(folder / "manifest.json"))
+    data = json.loads(path.read_text())
+    edit(data)
+    path.chmod(0o644)
+    path.write_text(json.dumps(data))
+    return folder
+
+
+BAD_MANIFESTS = {
+    "variants-a-string": lambda m: m["targets"]["onnx"].__setitem__("variants", "fp32"),
+    "empty-files": lambda m: m["targets"]["onnx"]["variants"]["fp32"].__setitem__("files", []),
+    "no-checkpoint-model": lambda m: m["checkpoint"].pop("model"),
+    "grid-0": lambda m: m["checkpoint"]["model"].__setitem__("grid", 0),
+    "grid-a-string": lambda m: m["checkpoint"]["model"].__setitem__("grid", "14"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MANIFESTS))
+def test_bad_manifest_shape_is_one_typed_line(onnx_out, tmp_path, case):
+    """load() and `invoke verify`'s reader refuse each with an ArrcocError, never AttributeError,
+    IndexError, KeyError, ZeroDivisionError or TypeError."""
+    from pipeline import load
+    from pipeline.errors import ArrcocError
+    from pipeline.publishing.reading import read_manifest
+
+    folder = _edited_copy(onnx_out, tmp_path, BAD_MANIFESTS[case])
+    with pytest.raises(ArrcocError):
+        with load(folder, "onnx") as model:
+            model.predict(np.zeros((64, 64, 3), np.uint8), np.zeros(model.query_dim, np.float32))
+    if case != "no-checkpoint-model":  # a manifest may carry no model settings; load needs them
+        with pytest.raises(ArrcocError):
+            read_manifest(folder)
+
+
+@pytest.mark.parametrize("threads", [0, -1, True, 1.5, "2", 10**6])
+def test_load_threads_bounded(onnx_out, threads):
+    from pipeline import load
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match="threads="):
+        load(onnx_out, "onnx", threads=threads)
+
+
+def _photo_file(path: Path) -> Path:
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def test_folder_with_link_loop_skips_and_counts_it(onnx_out, tmp_path):
+    """A photo folder holding a link loop named like a photo: the good photo is predicted, the loop
+    is one skipped, counted line (exit 2), not a traceback."""
+    from conftest import run_cli
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _photo_file(photos / "good.png")
+    os.symlink("loop.jpg", photos / "loop.jpg")
+    proc = run_cli("predict", "--image", str(photos), "--query-embedding", str(_query_file(onnx_out, tmp_path)),
+                   "--out", str(onnx_out), "--runtime", "onnx")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "good.png" in proc.stdout and "1 of 2 photos could not be read" in proc.stderr
+
+
+def _query_file(onnx_out: Path, tmp_path: Path) -> Path:
+    import json
+
+    dim = json.loads((onnx_out / "manifest.json").read_text())["checkpoint"]["model"]["query_dim"]
+    np.save(tmp_path / "q.npy", np.full(dim, 0.05, np.float32))
+    return tmp_path / "q.npy"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc: a folder nobody (root included) can write into")
+def test_heatmap_new_folder_in_unwritable_parent_refused_before_the_model_runs(onnx_out, tmp_path):
+    """--heatmap NEWFOLDER whose parent takes no new entry (/proc, even for root): refused in one
+    line before the model runs, not after the predictions, when the folder is made."""
+    from conftest import run_cli
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _photo_file(photos / "a.png")
+    _photo_file(photos / "b.png")
+    proc = run_cli("predict", "--image", str(photos), "--query-embedding", str(_query_file(onnx_out, tmp_path)),
+                   "--out", str(onnx_out), "--runtime", "onnx", "--heatmap", "/proc/arrcoc-heatmaps-new")
+    assert proc.returncode == 2 and "cannot write into /proc" in proc.stderr, proc.stderr[-2000:]
+    assert "a.png:" not in proc.stdout  # refused before any prediction
+
+
+def test_truncated_photo_says_truncated_not_use_a_png(tmp_path):
+    """A JPEG cut in half is a JPEG: its fix says it is truncated or corrupt, not "use a PNG, JPEG
+    or WebP file"; a file that is no image still gets that advice."""
+    from PIL import Image
+
+    from pipeline.errors import InputError
+    from pipeline.stages.golden import load_photo
+
+    full = tmp_path / "full.jpg"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(full, quality=95)
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(InputError) as caught:
+        load_photo(cut)
+    assert "truncated or corrupt" in caught.value.one_line() and "use a PNG" not in caught.value.one_line()
+    text = tmp_path / "notes.jpg"
+    text.write_text("not a photo")
+    with pytest.raises(InputError, match="not an image file"):
+        load_photo(text)
