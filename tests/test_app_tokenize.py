@@ -59,6 +59,7 @@ def queries(tmp_path_factory) -> tuple[Path, list[str], list[str]]:
     return path, [x[0] for x in labelled], [x[1] for x in labelled]
 
 
+@pytest.mark.compiler
 @pytest.mark.parametrize("app", app_tokenize.APPS)
 @pytest.mark.parametrize("source", SOURCES, ids=[s[0] for s in SOURCES])
 def test_app_ids_equal_pythons(app, source, queries):
@@ -84,6 +85,7 @@ def test_app_ids_equal_pythons(app, source, queries):
         assert max(map(len, got)) == max_length  # the long lines were cut
 
 
+@pytest.mark.compiler
 @pytest.mark.parametrize("app", app_tokenize.APPS)
 def test_platform_unicode_differences_are_the_listed_ones(app, tmp_path):
     """Every code point where the platform's NFC/NFD or lowercase could matter (those with a
