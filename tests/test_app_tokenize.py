@@ -63,6 +63,8 @@ def queries(tmp_path_factory) -> tuple[Path, list[str], list[str]]:
 @pytest.mark.parametrize("app", app_tokenize.APPS)
 @pytest.mark.parametrize("source", SOURCES, ids=[s[0] for s in SOURCES])
 def test_app_ids_equal_pythons(app, source, queries):
+    """The first call per app takes minutes: it compiles the app's tokenizer (kotlinc and the JVM;
+    swift build in the chroot) before the compile cache holds it."""
     if _toolchain_missing(app):
         pytest.skip(_toolchain_missing(app))
     name, tokenizer, max_length, _ = source
