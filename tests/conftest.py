@@ -2,9 +2,9 @@
 end-to-end builds made once per test session (issue 44).
 
 In-process (session-scoped, per xdist worker): `checkpoint_path`, `loaded`, `golden` (the golden
-set, computed once), `exported` (one torch.export through the export cache), `make_ctx` (a
-BuildContext with its own staging folder), `reference_checkpoint_path` (a 2048-wide reference-layout
-.pt).
+set, computed once per worker), `exported` (one torch.export per run: the export cache is shared
+by the workers), `make_ctx` (a BuildContext with its own staging folder),
+`reference_checkpoint_path` (a 2048-wide reference-layout .pt).
 
 Shared builds (`shared_build`, session-scoped): `shared_build("android")` runs `invoke build
 --target android` once per test session, whichever test asks first, and hands every later caller
@@ -64,9 +64,15 @@ def golden(loaded):
 
 @pytest.fixture(scope="session")
 def exported(loaded, tmp_path_factory):
+    """One torch.export per test run: the export cache sits in the folder all xdist workers share,
+    and the lock lets the second worker find the first one's .pt2 (a cache hit)."""
+    from filelock import FileLock
+
     from pipeline.stages.export import export_cached
 
-    return export_cached(loaded, tmp_path_factory.mktemp("export-cache"))
+    cache = session_root(tmp_path_factory) / "export-cache"
+    with FileLock(str(cache) + ".lock"):
+        return export_cached(loaded, cache)
 
 
 @pytest.fixture

@@ -97,7 +97,8 @@ def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
 @pytest.mark.slow
 @pytest.mark.compiler
 def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path):
-    """Reads the session's android build (conftest android_build; its first user pays minutes)."""
+    """Reads the session's android build (conftest android_build; its first user pays minutes).
+    Over 60 s itself: the app tokenizer's compile and six `invoke predict` runs, one per query."""
     from pipeline.relevance.text_encoder import tokenize
 
     out, app = android_build.out, android_build.android_app
@@ -116,7 +117,9 @@ def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path
 @pytest.mark.compiler
 def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference_typed_query_build, tmp_path):
     """Reads the session's reference-checkpoint build of both apps (conftest
-    reference_typed_query_build, shared with tests/test_ios_typed_query.py; minutes for its first user)."""
+    reference_typed_query_build, shared with tests/test_ios_typed_query.py; 7 min for its first user
+    at load 4). Over 60 s itself too (5.5 min at load 4): the app tokenizer's compile and six
+    `invoke predict` runs, one per query."""
     from pipeline.relevance import qwen_query as qq
 
     out, app = reference_typed_query_build.out, reference_typed_query_build.android_app
