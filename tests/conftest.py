@@ -9,7 +9,7 @@ by the workers), `make_ctx` (a BuildContext with its own staging folder),
 Shared builds (`shared_build`, session-scoped): `shared_build("android")` runs `invoke build
 --target android` once per test session, whichever test asks first, and hands every later caller
 (in any xdist worker) the same `SharedBuild(out, android_app, ios_app)`. Builds are keyed by what
-they read (target list, extra arguments, the checkpoint and base-model files by content) and kept
+they read (target list, extra arguments, a file argument by path and content) and kept
 in the session's temp root under a file lock, so two workers asking for one build wait for one
 build. The apps' folders (ARRCOC_ANDROID_APP_DIR / ARRCOC_IOS_APP_DIR) are inside the entry and
 hold the user's seeded files (mobile_build.seed_user_files) before the build, as a user's would.
@@ -152,7 +152,9 @@ def _digest(path: Path) -> str:
 
 
 def build_key(targets: str, extra: tuple[str, ...]) -> str:
-    """What the build reads: its targets and arguments, and any file argument by content."""
+    """What the build reads: its targets and arguments, a file argument by path (the manifest records
+    it) and content. Inputs a module fixture writes per worker differ by path: under --dist loadfile
+    (scripts/test.sh) a file's tests share one worker, so one build."""
     parts = [targets, *(f"{a}={_digest(Path(a))}" if os.path.isabs(a) and os.path.exists(a) else a for a in extra)]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
