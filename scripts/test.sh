@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
-# Run the whole test suite. Sets up (or reuses) .venv first, so it works on a clean clone.
+# Run the tests. Sets up (or reuses) .venv first, so it works on a clean clone.
+#   bash scripts/test.sh          everything (CI and .ci/run run this one)
+#   bash scripts/test.sh --fast   unit and property tests: no end-to-end build, browser or compiler
+# Other arguments go to pytest (e.g. tests/test_model.py -k topk). Two xdist workers, one test
+# file per worker at a time (--dist loadfile: a file's module fixtures are made once), builds
+# shared across files and workers (tests/conftest.py); ARRCOC_TEST_WORKERS=0 runs in one process.
+# Ends with the 15 slowest tests and the wall time (issue 44).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The import contracts (.importlinter): one direction through pipeline/, targets as rooms, no cycles.
 .venv/bin/lint-imports
-exec .venv/bin/python -m pytest -q "$@"
+select=()
+if [[ "${1:-}" == "--fast" ]]; then
+    shift
+    select=(-m "not slow and not browser and not compiler")
+fi
+workers="${ARRCOC_TEST_WORKERS:-2}"
+started=$(date +%s)
+status=0
+.venv/bin/python -m pytest -q -n "$workers" --dist loadfile --durations=15 "${select[@]}" "$@" || status=$?
+took=$(( $(date +%s) - started ))
+echo "wall time: $(( took / 60 )) min $(( took % 60 )) s for the tests (pytest exit $status)"
+exit "$status"

@@ -8,6 +8,8 @@ from pipeline.errors import InputError
 from pipeline.stages.target import Target
 
 from targets.android.target import AndroidTarget
+# `invoke app-tokenize` reaches the apps' tokenizers here, like every target (.importlinter)
+from targets.app_tokenize import APPS as TOKENIZER_APPS, app_tokenize as tokenize_for_app
 from targets.coreml.target import CoremlTarget
 from targets.executorch import ExecutorchTarget
 from targets.ios.target import IosTarget

@@ -1,12 +1,39 @@
-"""Shared fixtures: the shipped checkpoint, its golden set and exported program, and a CLI runner.
+"""Shared fixtures: the shipped checkpoint, its golden set and exported program, a CLI runner, and
+end-to-end builds made once per test session (issue 44).
 
-Session-scoped where building is expensive; anything that writes gets its own tmp folder.
+In-process (session-scoped, per xdist worker): `checkpoint_path`, `loaded`, `golden` (the golden
+set, computed once per worker), `exported` (one torch.export per run: the export cache is shared
+by the workers), `make_ctx` (a BuildContext with its own staging folder),
+`reference_checkpoint_path` (a 2048-wide reference-layout .pt).
+
+Shared builds (`shared_build`, session-scoped): `shared_build("android")` runs `invoke build
+--target android` once per test session, whichever test asks first, and hands every later caller
+(in any xdist worker) the same `SharedBuild(out, android_app, ios_app)`. Builds are keyed by what
+they read (target list, extra arguments, a file argument by path and content) and kept
+in the session's temp root under a file lock, so two workers asking for one build wait for one
+build. The apps' folders (ARRCOC_ANDROID_APP_DIR / ARRCOC_IOS_APP_DIR) are inside the entry and
+hold the user's seeded files (mobile_build.seed_user_files) before the build, as a user's would.
+READ-ONLY: a test that changes a publish takes `build.copy(tmp_path)` (the generation as plain
+files, its .cache included, so a rebuild there is an export cache hit) and changes the copy. A test
+about building itself (interrupts, locks, bad input) still builds in its own tmp_path.
+
+Named shared builds: `onnx_build` (`--target onnx`), `android_build`, `ios_build` (`--target ios`,
+which builds coreml), `reference_typed_query_build` (`--target onnx,android,ios` from a 64-wide
+reference-layout checkpoint and its --base-model snapshot, tests/qwen_fixtures.py).
+
+Markers (pyproject.toml; `bash scripts/test.sh --fast` deselects all three): `slow` (an end-to-end
+build or a run over many photos), `browser` (drives Chromium), `compiler` (runs kotlinc, the JVM
+or Swift). A test over 60 s says why in its docstring.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,9 +64,15 @@ def golden(loaded):
 
 @pytest.fixture(scope="session")
 def exported(loaded, tmp_path_factory):
+    """One torch.export per test run: the export cache sits in the folder all xdist workers share,
+    and the lock lets the second worker find the first one's .pt2 (a cache hit)."""
+    from filelock import FileLock
+
     from pipeline.stages.export import export_cached
 
-    return export_cached(loaded, tmp_path_factory.mktemp("export-cache"))
+    cache = session_root(tmp_path_factory) / "export-cache"
+    with FileLock(str(cache) + ".lock"):
+        return export_cached(loaded, cache)
 
 
 @pytest.fixture
@@ -85,14 +118,126 @@ def reference_checkpoint_path(tmp_path_factory) -> Path:
     return write_reference_checkpoint(tmp_path_factory.mktemp("ref-ckpt") / "arrcoc-qwen3vl-2b.pt")
 
 
+# ------------------------------------------------------------------ shared end-to-end builds
+
+
+@dataclass(frozen=True)
+class SharedBuild:
+    """One finished `invoke build` shared by the session: read it, never change it (copy() first)."""
+
+    out: Path
+    android_app: Path
+    ios_app: Path
+    stdout: str
+
+    def copy(self, dest: Path) -> Path:
+        """The published folder as plain files at `dest` (a new path), for a test that changes it."""
+        shutil.copytree(self.out, dest)
+        return dest
+
+
+def session_root(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this run shares (the workers' basetemps are its children)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-builds"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+def _digest(path: Path) -> str:
+    if path.is_dir():
+        return hashlib.sha256("".join(f"{p.relative_to(path)}:{_digest(p)}" for p in sorted(path.rglob("*"))
+                                      if p.is_file()).encode()).hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_key(targets: str, extra: tuple[str, ...]) -> str:
+    """What the build reads: its targets and arguments, a file argument by path (the manifest records
+    it) and content. Inputs a module fixture writes per worker differ by path: under --dist loadfile
+    (scripts/test.sh) a file's tests share one worker, so one build."""
+    parts = [targets, *(f"{a}={_digest(Path(a))}" if os.path.isabs(a) and os.path.exists(a) else a for a in extra)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
+    """`invoke build --target TARGETS EXTRA...` once per key under `root`; a failed build fails
+    every test that asks for it, with its output, and is not retried."""
+    from filelock import FileLock
+
+    from mobile_build import seed_user_files
+
+    entry = root / f"{targets.replace(',', '+')}-{build_key(targets, extra)}"
+    with FileLock(str(entry) + ".lock"):
+        record = entry / "build.json"
+        if not record.is_file():
+            entry.mkdir()
+            android, ios = entry / "android-app" / "assets", entry / "ios-app" / "Resources"
+            seed_user_files(android)
+            seed_user_files(ios)
+            proc = run_cli("build", "--target", targets, *extra, "--out", str(entry / "out"),
+                           env={"ARRCOC_ANDROID_APP_DIR": str(android), "ARRCOC_IOS_APP_DIR": str(ios)})
+            record.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
+        done = json.loads(record.read_text())
+    assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
+    return SharedBuild(entry / "out", entry / "android-app" / "assets", entry / "ios-app" / "Resources", done["stdout"])
+
+
 @pytest.fixture(scope="session")
-def published_with_encoder(tmp_path_factory) -> Path:
+def shared_build(tmp_path_factory):
+    """shared_build(targets, *extra_args) -> SharedBuild, made once per session (see the module doc)."""
+    root = session_root(tmp_path_factory)
+    return lambda targets, *extra: make_shared_build(root, targets, *extra)
+
+
+@pytest.fixture(scope="session")
+def onnx_build(shared_build) -> SharedBuild:
+    return shared_build("onnx")
+
+
+@pytest.fixture(scope="session")
+def android_build(shared_build) -> SharedBuild:
+    """`invoke build --target android` (executorch first, the MiniLM encoder, kotlinc and the JVM tests)."""
+    return shared_build("android")
+
+
+@pytest.fixture(scope="session")
+def ios_build(shared_build) -> SharedBuild:
+    """`invoke build --target ios` (coreml first, the Swift core compiled and tested)."""
+    return shared_build("ios")
+
+
+@pytest.fixture(scope="session")
+def reference_typed_query_build(shared_build, tmp_path_factory) -> SharedBuild:
+    """Both apps and the ONNX model from a 64-wide reference-layout checkpoint with its Qwen3-VL
+    snapshot (--base-model): the typed-query path of arr-coc-0-1 checkpoints."""
+    from filelock import FileLock
+
+    from qwen_fixtures import write_snapshot
+
+    inputs = session_root(tmp_path_factory) / "reference-64"
+    with FileLock(str(inputs) + ".lock"):
+        if not (inputs / "ref.pt").is_file():
+            snapshot = write_snapshot(inputs / "qwen", 64)
+            write_reference_checkpoint(inputs / "ref.tmp", 64).rename(inputs / "ref.pt")
+    return shared_build("onnx,android,ios", "--checkpoint", str(inputs / "ref.pt"), "--base-model", str(inputs / "qwen"))
+
+
+# What makes a test slow without a marker of its own: asking for a shared build.
+BUILD_FIXTURES = frozenset({"shared_build", "onnx_build", "android_build", "ios_build", "reference_typed_query_build",
+                            "published_with_encoder"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if BUILD_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def published_with_encoder(shared_build) -> Path:
     """A folder published by `invoke build --target onnx,onnx-int8,text-encoder` (the shipped
-    checkpoint), built once per session for the tests of the torch-free inference path (issue 42)."""
-    out = tmp_path_factory.mktemp("published-encoder") / "out"
-    proc = run_cli("build", "--target", "onnx,onnx-int8,text-encoder", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return out
+    checkpoint), shared by the tests of the torch-free inference path (issue 42). Read only."""
+    return shared_build("onnx,onnx-int8,text-encoder").out
 
 
 def photo_file(folder: Path, name: str = "photo.jpg", size: tuple[int, int] = (1024, 768), seed: int = 0) -> Path:

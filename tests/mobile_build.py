@@ -1,17 +1,10 @@
-"""One `invoke build --target ios` (which builds coreml first) per test session, shared by
-tests/test_coreml.py and tests/test_ios.py: the conversion and MIL check take about a minute.
-Also `source_function`, for the static checks of what only a device runs (the apps' decoders)."""
+"""What the mobile tests share: the user's files seeded in and beside an app folder (the shared
+builds in conftest.py seed them before building), the bundle a build wrote into an app folder, and
+`source_function`, for the static checks of what only a device runs (the apps' decoders)."""
 from __future__ import annotations
 
-import atexit
-import functools
 import json
-import shutil
-import tempfile
 from pathlib import Path
-
-
-from conftest import run_cli
 
 ANDROID = Path(__file__).resolve().parent.parent / "mobile" / "android"
 
@@ -52,19 +45,6 @@ def bundle_in_app(app: Path) -> dict[str, bytes]:
     assert record["files"] == {rel: [hashlib.sha256(data).hexdigest()] for rel, data in ours.items()}
     assert record["pending"] == []
     return ours
-
-
-@functools.lru_cache(maxsize=1)
-def built_ios() -> tuple[Path, Path]:
-    """(out dir, app resources dir); the app copy goes to a temp folder, never the repo's app, which
-    holds the user's files (seed_user_files) before the build."""
-    root = Path(tempfile.mkdtemp(prefix="arrcoc-ios-test-"))
-    atexit.register(shutil.rmtree, root, True)
-    out, app = root / "out", root / "app" / "Resources"
-    seed_user_files(app)
-    proc = run_cli("build", "--target", "ios", "--out", str(out), env={"ARRCOC_IOS_APP_DIR": str(app)})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, app
 
 
 def source_function(text: str, keyword: str, name: str) -> str:

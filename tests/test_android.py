@@ -8,14 +8,11 @@ What is still read from the sources is only what nothing here can run: the Andro
 calls (BitmapFactory on a device) and the asset names the APK opens."""
 from __future__ import annotations
 
-import atexit
-import functools
 import hashlib
 import importlib.metadata
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +23,7 @@ from mobile_build import ANDROID, bundle_in_app, seed_user_files, source_functio
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
 
 pytest.importorskip("executorch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.compiler]
 
 # What runs on a device: the app and its instrumented test (the JVM tests name their fixture files)
 KOTLIN_APP = sorted(p for folder in ("main", "androidTest") for p in (ANDROID / "app" / "src" / folder).rglob("*.kt"))
@@ -41,21 +38,12 @@ def require_jvm_toolchain() -> None:
         pytest.fail(f"Android app toolchain missing: {reason}", pytrace=False)
 
 
-@functools.lru_cache(maxsize=1)
-def built_android() -> tuple[Path, Path]:
-    """(out dir, app assets dir); the app copy goes to a temp folder, never the repo's app."""
-    root = Path(tempfile.mkdtemp(prefix="arrcoc-android-test-"))
-    atexit.register(shutil.rmtree, root, True)
-    out, app = root / "out", root / "app" / "assets"
-    seed_user_files(app)  # the user's files in and beside the app folder: the build keeps them
-    proc = run_cli("build", "--target", "android", "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(app)})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, app
-
-
 @pytest.fixture(scope="module")
-def built():
-    return built_android()
+def built(android_build):
+    """(out dir, app assets dir) of the session's one `invoke build --target android` (conftest
+    android_build): the app copy went to a temp folder holding the user's seeded files, never the
+    repo's app. Read-only: tests that rebuild copy it first."""
+    return android_build.out, android_build.android_app
 
 
 @pytest.fixture(scope="module")

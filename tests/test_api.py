@@ -153,13 +153,9 @@ def test_import_pipeline_is_cheap_and_exports_the_api_and_errors():
 
 
 @pytest.fixture(scope="module")
-def out(checkpoint_path, tmp_path_factory):
-    from pipeline.building.build import run_build
-    from targets import TARGETS
-
-    folder = tmp_path_factory.mktemp("api-quick") / "out"
-    assert run_build([TARGETS["onnx"]], TARGETS, checkpoint_path, folder, log=lambda m: None).ok
-    return folder
+def out(onnx_build):
+    """The session's `invoke build --target onnx` (conftest onnx_build): predict only reads it."""
+    return onnx_build.out
 
 
 def test_exif_orientation_is_applied_to_files_and_pil_images_not_to_arrays(out, tmp_path):

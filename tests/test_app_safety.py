@@ -219,6 +219,7 @@ def broken_stubs(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.compiler
 @pytest.mark.parametrize("how", ["unsealed", "other-key", "link", "foreign-owner", "file-at-path"])
 def test_a_planted_or_unsound_class_cache_never_passes_broken_kotlin(tmp_path, broken_stubs, how):
     """Classes under a broken source's key (not sealed, sealed for another key, a link to a sealed
@@ -299,6 +300,7 @@ def mount_ids_under(root: Path) -> set[str]:
     return ids
 
 
+@pytest.mark.compiler  # the Swift chroot's sessions
 def test_a_chroot_named_through_a_link_is_unmounted_after_the_session(tmp_path):
     """ARRCOC_SWIFT_CHROOT spelled through a link: /proc and /dev are mounted for the session and
     gone after it (mountinfo lists the real path; the check compares that)."""
@@ -334,6 +336,7 @@ def session_child(chroot: Path, hold: float) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.compiler  # the Swift chroot's sessions
 def test_two_links_to_one_chroot_take_turns(tmp_path):
     """Two spellings of one chroot (two different links) share one lock: the second session starts
     only after the first has left."""
@@ -353,6 +356,7 @@ def test_two_links_to_one_chroot_take_turns(tmp_path):
     assert entered >= left, f"the second link's session entered at {entered}, the first left at {left}"
 
 
+@pytest.mark.compiler  # the Swift chroot's sessions
 @pytest.mark.parametrize("kind", ["fifo", "link", "other-owner"])
 def test_a_lock_that_is_not_a_regular_file_of_ours_is_refused_at_once(tmp_path, kind):
     """A FIFO (open() used to wait forever), a link, or another user's file at the lock path: one
@@ -409,6 +413,7 @@ def processes_in(root: Path) -> dict[int, str]:
     return found
 
 
+@pytest.mark.compiler  # the Swift chroot's sessions
 def test_a_killed_build_leaves_no_swift_process_compiling(tmp_path):
     """SIGKILL of the build while `swift build` compiles in the chroot: every process it started
     there (swift-build, swift-frontend, ...) is gone within seconds."""

@@ -59,9 +59,12 @@ def queries(tmp_path_factory) -> tuple[Path, list[str], list[str]]:
     return path, [x[0] for x in labelled], [x[1] for x in labelled]
 
 
+@pytest.mark.compiler
 @pytest.mark.parametrize("app", app_tokenize.APPS)
 @pytest.mark.parametrize("source", SOURCES, ids=[s[0] for s in SOURCES])
 def test_app_ids_equal_pythons(app, source, queries):
+    """The first call per app takes minutes: it compiles the app's tokenizer (kotlinc and the JVM;
+    swift build in the chroot) before the compile cache holds it."""
     if _toolchain_missing(app):
         pytest.skip(_toolchain_missing(app))
     name, tokenizer, max_length, _ = source
@@ -84,6 +87,7 @@ def test_app_ids_equal_pythons(app, source, queries):
         assert max(map(len, got)) == max_length  # the long lines were cut
 
 
+@pytest.mark.compiler
 @pytest.mark.parametrize("app", app_tokenize.APPS)
 def test_platform_unicode_differences_are_the_listed_ones(app, tmp_path):
     """Every code point where the platform's NFC/NFD or lowercase could matter (those with a

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
-from conftest import REPO, run_cli, write_reference_checkpoint
-from qwen_fixtures import write_snapshot
+from conftest import REPO, run_cli
 
 QUERIES = ("where is the cat?", "the cat's eyes", "text and writing", "猫在哪里？", "Où est le chat ?",
            "a furry animal lying on the floor " * 60)  # the last one is past MiniLM's 256 ids
@@ -70,13 +70,6 @@ def through_the_app(app: Path, ids: list[int]) -> tuple[dict, float]:
     return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}, ms
 
 
-def build(tmp: Path, *extra: str) -> tuple[Path, Path]:
-    out, app = tmp / "out", tmp / "app" / "assets"
-    proc = run_cli("build", "--target", "android", *extra, "--out", str(out), env={"ARRCOC_ANDROID_APP_DIR": str(app)})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, app
-
-
 def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
     """Each query's top-K through the app's path equals `invoke predict --query` with the same
     relevance .pte (--runtime executorch), on the sample photo (the golden whole photo)."""
@@ -101,10 +94,14 @@ def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
     return times
 
 
-def test_minilm_typed_query_selects_what_predict_selects(tmp_path):
+@pytest.mark.slow
+@pytest.mark.compiler
+def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path):
+    """Reads the session's android build (conftest android_build; its first user pays minutes).
+    Over 60 s itself: the app tokenizer's compile and six `invoke predict` runs, one per query."""
     from pipeline.relevance.text_encoder import tokenize
 
-    out, app = build(tmp_path)
+    out, app = android_build.out, android_build.android_app
     typed = json.loads((app / "contract.json").read_text())["typed_text"]
     assert typed["tokenizer"]["kind"] == "wordpiece" and typed["encoder"]["kind"] == "minilm"
     # the stand-in ids are the Python encoder's own (special tokens, cut at 256 with [SEP] last)
@@ -116,12 +113,16 @@ def test_minilm_typed_query_selects_what_predict_selects(tmp_path):
           f"{np.median(times):.2f} ms median per query in ExecuTorch's runtime")
 
 
-def test_reference_checkpoint_typed_query_selects_what_predict_selects(tmp_path):
+@pytest.mark.slow
+@pytest.mark.compiler
+def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference_typed_query_build, tmp_path):
+    """Reads the session's reference-checkpoint build of both apps (conftest
+    reference_typed_query_build, shared with tests/test_ios_typed_query.py; 7 min for its first user
+    at load 4). Over 60 s itself too (5.5 min at load 4): the app tokenizer's compile and six
+    `invoke predict` runs, one per query."""
     from pipeline.relevance import qwen_query as qq
 
-    snapshot = write_snapshot(tmp_path / "qwen", 64)
-    ckpt = write_reference_checkpoint(tmp_path / "ref.pt", 64)
-    out, app = build(tmp_path, "--checkpoint", str(ckpt), "--base-model", str(snapshot))
+    out, app = reference_typed_query_build.out, reference_typed_query_build.android_app
     typed = json.loads((app / "contract.json").read_text())["typed_text"]
     assert typed["tokenizer"]["kind"] == "bpe-bytelevel" and typed["encoder"]["kind"] == "qwen-token-mean"
     tokenizer = qq.load_tokenizer(app / typed["tokenizer"]["file"])

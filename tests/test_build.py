@@ -52,11 +52,9 @@ def generations(out: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("published")
-    proc = run_cli("build", "--target", "onnx", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
+def published(onnx_build) -> Path:
+    """The session's one `invoke build --target onnx` (conftest onnx_build): read-only."""
+    return onnx_build.out
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
 
 pytest.importorskip("coremltools")
 pytestmark = pytest.mark.slow
@@ -23,13 +22,10 @@ VARIANTS = ("fp32", "fp16", "int8")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """One real `invoke build --target coreml` (the coreml stage alone, so this file does not
-    depend on the ios stage, which has its own tests)."""
-    out = tmp_path_factory.mktemp("coreml-out") / "out"
-    proc = run_cli("build", "--target", "coreml", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
+def built(ios_build) -> Path:
+    """The session's one `invoke build --target ios` (conftest ios_build), whose coreml stage is
+    the same conversion a `--target coreml` build runs: one conversion for this file and test_ios.py."""
+    return ios_build.out
 
 
 @pytest.fixture(scope="module")

@@ -412,13 +412,9 @@ def test_a_169_mp_photo_costs_no_memory_and_no_warning(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def published(checkpoint_path, tmp_path_factory):
-    from pipeline.building.build import run_build
-    from targets import TARGETS
-
-    folder = tmp_path_factory.mktemp("predict") / "out"
-    assert run_build([TARGETS["onnx"]], TARGETS, checkpoint_path, folder, log=lambda m: None).ok
-    return folder
+def published(onnx_build):
+    """The session's `invoke build --target onnx` (conftest onnx_build): predict only reads it."""
+    return onnx_build.out
 
 
 def test_predict_on_16_bit_float_and_huge_photos(published, grey16, tmp_path):

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_cli
-from mobile_build import built_ios, bundle_in_app, seed_user_files, source_function, user_files_left
+from mobile_build import bundle_in_app, seed_user_files, source_function, user_files_left
 
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.compiler]
 
 IOS = Path(__file__).resolve().parent.parent / "mobile" / "ios"
 SWIFT = sorted(p for p in IOS.rglob("*.swift") if ".build" not in p.parts)
@@ -25,11 +25,15 @@ SHELL = IOS / "ArrcocDemo"
 
 
 @pytest.fixture(scope="module")
-def built():
+def built(shared_build):
+    """(out dir, app resources dir) of the session's one `invoke build --target ios` (conftest
+    ios_build, shared with tests/test_coreml.py): the app copy went to a temp folder holding the
+    user's seeded files, never the repo's app."""
     if importlib.util.find_spec("coremltools") is None:
         pytest.fail("coremltools is missing (the ios target converts CoreML packages): run `bash scripts/setup.sh`",
                     pytrace=False)
-    return built_ios()
+    ios = shared_build("ios")
+    return ios.out, ios.ios_app
 
 
 def swift_or_fail(record: dict) -> dict:
@@ -58,7 +62,7 @@ def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_
     """Resources/ held the user's font and a nested logo, with backup folders beside it (Resources.old/,
     Resources.new/, Resources-backup/): the build wrote its bundle in and kept every one of them."""
     app = built[1]
-    seeded = seed_user_files(tmp_path / "probe" / app.name)  # what built_ios seeded, by the same rule
+    seeded = seed_user_files(tmp_path / "probe" / app.name)  # what the shared build seeded, by the same rule
     assert user_files_left(app, seeded) == seeded
     assert (app / "contract.json").is_file()
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, write_reference_checkpoint
-from qwen_fixtures import write_snapshot
+from conftest import run_cli
 
 QUERIES = ("where is the cat?", "the cat's eyes", "text and writing", "猫在哪里？", "Où est le chat ?",
            "a furry animal lying on the floor " * 60)
@@ -74,19 +73,19 @@ def test_mil_evaluator_ops_bert_needs_match_torch():
 
 
 @pytest.mark.slow
-def test_reference_checkpoint_typed_query_selects_what_predict_selects(tmp_path):
+@pytest.mark.compiler
+def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference_typed_query_build, tmp_path):
+    """Reads the session's reference-checkpoint build of both apps (conftest
+    reference_typed_query_build, shared with tests/test_app_typed_query.py; 7 min for its first user
+    at load 4). Over 60 s itself too (4.5 min at load 4): the Swift token-mean encoder run and six
+    `invoke predict` runs, one per query."""
     from PIL import Image
 
     from pipeline.relevance import qwen_query as qq
     from pipeline.stages.parity import topk_overlap
     from targets.coreml.target import mil_runner
 
-    snapshot = write_snapshot(tmp_path / "qwen", 64)
-    ckpt = write_reference_checkpoint(tmp_path / "ref.pt", 64)
-    out, app = tmp_path / "out", tmp_path / "app" / "Resources"
-    proc = run_cli("build", "--target", "onnx,ios", "--checkpoint", str(ckpt), "--base-model", str(snapshot),
-                   "--out", str(out), env={"ARRCOC_IOS_APP_DIR": str(app)})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out, app = reference_typed_query_build.out, reference_typed_query_build.ios_app
     data = json.loads((app / "contract.json").read_text())
     typed = data["typed_text"]
     assert typed["supported"] is True, typed.get("why")

@@ -50,9 +50,10 @@ def load(out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def parts(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("parts")
-    return build(root / "a", "onnx"), build(root / "b", "onnx-int8")
+def parts(shared_build) -> tuple[Path, Path]:
+    """The session's `--target onnx` and `--target onnx-int8` builds (conftest shared_build, also
+    read by test_build.py and test_onnx_int8.py); merge only reads its parts."""
+    return shared_build("onnx").out, shared_build("onnx-int8").out
 
 
 @pytest.fixture(scope="module")

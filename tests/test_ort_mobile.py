@@ -8,6 +8,8 @@ import pytest
 
 from targets.onnx_int8 import ort_mobile
 
+pytestmark = pytest.mark.slow  # exports the model to ONNX and runs the ORT converter (an artifact build)
+
 
 def _convert(model, root):
     dest = root / "run" / "onnx-int8"

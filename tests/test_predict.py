@@ -13,14 +13,9 @@ from PIL import Image
 
 
 @pytest.fixture(scope="module")
-def out(checkpoint_path, tmp_path_factory):
-    from pipeline.building.build import run_build
-    from targets import TARGETS
-
-    folder = tmp_path_factory.mktemp("predict") / "out"
-    result = run_build([TARGETS["onnx"], TARGETS["ptl"]], TARGETS, checkpoint_path, folder, log=lambda m: None)
-    assert result.ok
-    return folder
+def out(shared_build):
+    """The session's `invoke build --target onnx,ptl` (conftest shared_build): predict only reads it."""
+    return shared_build("onnx,ptl").out
 
 
 @pytest.fixture(scope="module")
@@ -324,14 +319,10 @@ def test_a_write_that_fails_leaves_the_previous_heatmap_and_says_so(out, photo, 
 
 
 @pytest.fixture(scope="module")
-def int8_out(checkpoint_path, tmp_path_factory):
-    from pipeline.building.build import run_build
-    from targets import TARGETS
-
-    folder = tmp_path_factory.mktemp("predict-int8") / "out"
-    result = run_build([TARGETS["onnx-int8"]], TARGETS, checkpoint_path, folder, log=lambda m: None)
-    assert result.ok, [(s.target.name, s.status, s.reason) for s in result.stages]
-    return folder
+def int8_out(shared_build):
+    """The session's `invoke build --target onnx-int8` (conftest shared_build, also read by
+    test_onnx_int8.py and test_merge.py)."""
+    return shared_build("onnx-int8").out
 
 
 def test_runtime_onnx_int8_runs_its_int8_model_not_the_first_variant_by_name(int8_out, photo, golden, tmp_path):

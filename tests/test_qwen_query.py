@@ -137,14 +137,11 @@ def test_bad_sources_are_one_line_errors(files, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def built(files):
+def built(files, shared_build):
     """Built from a Hugging Face cache snapshot (sharded, files linked into ../../blobs/), where a
     user's Qwen3-VL usually lives; tests/test_inputs.py holds that layout to the plain one."""
-    out = files["root"] / "out"
-    proc = run_cli("build", "--target", "onnx,text-encoder", "--checkpoint", str(files["plain"]),
-                   "--base-model", str(files["hub"]), "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    return out
+    # once per session (conftest shared_build), keyed by these files' content: read-only
+    return shared_build("onnx,text-encoder", "--checkpoint", str(files["plain"]), "--base-model", str(files["hub"])).out
 
 
 def test_build_publishes_the_form_chosen_by_measurement(built):

@@ -165,6 +165,7 @@ def test_ablation_zeroes_one_way_of_knowing():
     torch.testing.assert_close(features.ablated(maps, onehot, None), expected)
 
 
+@pytest.mark.slow  # trains twice, once in a fresh process
 def test_same_seed_writes_the_same_bytes(tmp_path):
     tiny = dict(steps=3, train_scenes=6, heldout_scenes=3, open_train_scenes=3, open_heldout_scenes=3)
     tr.train(tmp_path / "a.safetensors", tr.Recipe(seed=7, **tiny), **QUIET)

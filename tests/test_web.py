@@ -17,7 +17,7 @@ from PIL import Image
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
 from targets.web import chromium, decode_gap, site_files, text_checks

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import run_cli, write_reference_checkpoint
 from tests.qwen_fixtures import write_snapshot
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
 from targets.web import chromium, site_files, text_checks

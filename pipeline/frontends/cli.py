@@ -413,9 +413,9 @@ def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
     import json
 
     from pipeline.errors import InputError
-    from targets import app_tokenize as at
+    import targets as target_table
 
-    if app not in at.APPS:
+    if app not in target_table.TOKENIZER_APPS:
         raise InputError(f"--app {app!r} is not android or ios", "pass --app android or --app ios")
     tok = opts.existing_file("tokenizer", tokenizer)
     text = opts.existing_file("text-file", text_file)
@@ -423,6 +423,6 @@ def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
         None if str(max_length).strip() == "none" else opts.integer("max-length", max_length, 1, 2**31 - 1))
     # the compile's progress only with --verbose: stderr stays one line on an error
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if verbose else (lambda m: None)
-    rows = at.app_tokenize(app, tok, text, limit, log=log)
+    rows = target_table.tokenize_for_app(app, tok, text, limit, log=log)
     sys.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
     return 0
