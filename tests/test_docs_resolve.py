@@ -39,6 +39,10 @@ NOT_IN_CHECKOUT = {
     "web/node_modules/": "installed by scripts/setup.d/20-web-npm.sh (git-ignored)",
     ".venv/": "the virtual environment scripts/setup.sh makes (git-ignored)",
     "dist/": "where `pip wheel ... -w dist/` writes the wheel (docs/python.md)",
+    "./artifacts": "the default --out of the installed command: artifacts/ in the folder it runs in",
+    # inside an installed wheel only: setup.py maps checkpoints/, web/ and mobile/ there
+    "pipeline/bundled/": "the wheel's copy of checkpoints/ (setup.py)",
+    "targets/bundled/": "the wheel's copy of web/ and mobile/ (setup.py)",
     # files the user makes outside the repository's tracked files, as the page says
     "./gradlew": "the Gradle wrapper, which the repo does not carry (mobile/README.md: `gradle wrapper` makes it)",
     "app/build/": "Gradle's output folder under mobile/android (made by `./gradlew`)",
@@ -48,7 +52,8 @@ NOT_IN_CHECKOUT_TOPS = {prefix.split("/", 1)[0] for prefix in NOT_IN_CHECKOUT}
 # A token is a path candidate when its first part is a top-level entry of the checkout (or of a
 # page's base folder): prose such as "W/G" or "and/or" is not, and is never looked up.
 PATH = re.compile(r"(?<![\w.$/-])((?:\.\.?/)*[\w.<>*{}-]+(?:/(?:[\w.<>*-]|\{[\w.,*-]*\})*)+(?:::\w+)?)")
-DOTTED = re.compile(r"(?<![\w./-])((?:pipeline|targets)(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
+# A file name such as targets.md (docs/targets.md, linked from another page) is not a dotted name.
+DOTTED = re.compile(r"(?<![\w./-])((?:pipeline|targets)(?:\.[A-Za-z_]\w*)+)(?<!\.md)(?![\w/-])")
 
 
 def _page_lines(page: Path):
