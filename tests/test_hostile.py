@@ -50,13 +50,9 @@ def test_overlapping_silencers_on_two_threads_restore_fds():
 
 
 @pytest.fixture(scope="module")
-def onnx_out(checkpoint_path, tmp_path_factory) -> Path:
-    from pipeline.building.build import run_build
-    from targets import TARGETS
-
-    folder = tmp_path_factory.mktemp("hostile") / "out"
-    assert run_build([TARGETS["onnx"]], TARGETS, checkpoint_path, folder, log=lambda m: None).ok
-    return folder
+def onnx_out(onnx_build) -> Path:
+    """The session's shared `--target onnx` publish (read only: tests that change it copy it)."""
+    return onnx_build.out
 
 
 def test_two_threads_on_one_model(onnx_out):
