@@ -375,7 +375,9 @@ def _method(path: Path, name: str = "forward"):
 
 
 def _program(path: Path | bytes):
-    """path: a .pte file, or its checked bytes (the runtime keeps its own copy of a buffer)."""
+    """path: a .pte file, or its checked bytes. The runtime does NOT copy a buffer: it reads the
+    caller's bytes for as long as the program lives, so pte_runner keeps them referenced (a runner
+    whose bytes were collected segfaulted on its first call, measured)."""
     from executorch.runtime import Runtime
 
     try:
@@ -425,6 +427,7 @@ def pte_runner(path: Path | bytes, max_batch: int) -> Runner:
     import torch
 
     program = _program(path)
+    keep = path  # the checked bytes the program reads in place: alive as long as run() is
     method = program.load_method("forward")
     # the 16G method, when the program holds one, for photos of exactly that size
     square = program.load_method(SQUARE_METHOD) if SQUARE_METHOD in program.method_names else None
@@ -437,6 +440,7 @@ def pte_runner(path: Path | bytes, max_batch: int) -> Runner:
                 torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))]
         shape = args[0].shape
         outs = (square if side is not None and shape[1] == side and shape[2] == side else method).execute(args)
+        assert keep is not None  # run() holds the program's buffer
         return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
 
     return Runner(run, f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)", max_batch=max_batch)

@@ -187,6 +187,10 @@ def test_measured_arm64_failure_fails_the_variant(int8_out, golden, make_ctx):
     report = stage.variants[0]
     assert report.by_isa["x86_64"]["passed"]
     assert {isa: report.by_isa[isa]["passed"] for isa in arm64.CPUS} == {isa: measured[isa] <= between for isa in arm64.CPUS}
-    assert report.status == "failed" and report.failures == [
-        f"{isa}: relevance_max_abs={measured[isa]:.4g} > {between:g}" for isa in arm64.CPUS if measured[isa] > between]
+    failing = [isa for isa in arm64.CPUS if measured[isa] > between]
+    # the whole set's failure on each failing ISA, and nothing from another: a query kind (sentences,
+    # vectors) held alone on that ISA may add its own line for the same limit
+    whole = [f"{isa}: relevance_max_abs={measured[isa]:.4g} > {between:g}" for isa in failing]
+    assert report.status == "failed" and [f for f in report.failures if f in whole] == whole
+    assert all(f.split(": ", 1)[0] in failing and "relevance_max_abs=" in f for f in report.failures)
     assert stage.status == "failed" and not stage.publishable
