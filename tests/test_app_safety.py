@@ -135,13 +135,16 @@ def test_nothing_is_written_through_a_link_in_the_app_folder(tmp_path, app):
 
 def test_a_killed_copys_temporary_file_goes_and_a_look_alike_of_the_users_stays(tmp_path, app):
     """After a kill, the next build removes the temporary files the record names (their names are
-    random and recorded before they exist), never a file of the user's that merely looks like one."""
+    random and recorded, with the sha256 of their whole content, before they exist), never a file
+    of the user's that merely looks like one (a partial one is kept: tests/test_app_record.py)."""
+    import hashlib
+
     assets, user, _ = app
     copy_to_app(bundle(tmp_path / "s1", FIRST), assets)
     record = json.loads((assets / ".arrcoc-edge-files.json").read_text())
-    left = "model.fp16.mlpackage/.arrcoc-edge-0123456789abcdef.tmp"  # as a kill mid-copy leaves it
-    (assets / left).write_bytes(b"half a mlmodel")
-    record["pending"] = [left]
+    left = "model.fp16.mlpackage/.arrcoc-edge-0123456789abcdef.tmp"  # as a kill before its rename leaves it
+    (assets / left).write_bytes(b"a whole mlmodel")
+    record["pending"] = [[left, hashlib.sha256(b"a whole mlmodel").hexdigest()]]
     (assets / ".arrcoc-edge-files.json").write_text(json.dumps(record))
     look_alike = assets / ".arrcoc-edge-fedcba9876543210.tmp"
     look_alike.write_bytes(b"the user's, named like ours")
