@@ -46,10 +46,10 @@ print(pr.describe(result.record))
 BEFORE_FOLDER = """
 import sys
 from pathlib import Path
-from pipeline.frontends import api, batch
+from pipeline.frontends import api, batch, photos
 from pipeline.relevance.text_encoder import embed
 out, folder, query, lines = sys.argv[1:5]
-api.DECODE_THREADS = 0
+photos.DECODE_THREADS = 0
 with api.load(out, "onnx") as model:
     sys.exit(batch.run(model, batch.folder_photos(Path(folder)), [("query", query, embed([query])[0])], Path(lines), None))
 """

@@ -35,6 +35,7 @@ import json
 from pathlib import Path
 
 from pipeline.errors import ExportError
+from pipeline.relevance.digest import sha256_file
 from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
 from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
 
@@ -75,14 +76,6 @@ PREPROCESSING = {
     "batch": "photos of one size per batch",
     "query": "unit-norm float32 embedding of width query_dim (all-MiniLM-L6-v2 for D=384)",
 }
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tensors(cfg: ModelConfig, topk_dtype: str = "int64", batch: int | str = "batch",
@@ -183,7 +176,7 @@ def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None 
         topk_dtype = spec.get("topk_dtype", "int64")
         image_dtype = spec.get("image_dtype", "uint8")
         extra = {k: v for k, v in spec.items() if k not in ("path", "topk_dtype", "image_dtype")}
-        entries[key] = {**extra, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path),
+        entries[key] = {**extra, "file": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path),
                         "topk_dtype": topk_dtype, **tensors(cfg, topk_dtype, image_dtype=image_dtype)}
     presets = preset_queries(cfg, fallback_split=fallback_split) if presets is None else presets
     return {
@@ -218,7 +211,7 @@ def check_files(data: dict, folder: Path) -> list[str]:
         path = folder / entry["file"]
         if not path.is_file():
             problems.append(f"{key}: {entry['file']} missing")
-        elif path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+        elif path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
             problems.append(f"{key}: {entry['file']} differs from the contract (bytes/sha256)")
         else:
             checked.append(entry["file"])
@@ -245,7 +238,7 @@ def check_typed_text_files(data: dict, folder: Path) -> list[str]:
             problems.append(f"typed_text {part} {entry['file']} missing")
             continue
         # an .mlpackage (iOS's CoreML encoder) is a folder: its size and content hash as tree_* count them
-        size, digest = (tree_bytes(path), tree_sha256(path)) if path.is_dir() else (path.stat().st_size, _sha256(path))
+        size, digest = (tree_bytes(path), tree_sha256(path)) if path.is_dir() else (path.stat().st_size, sha256_file(path))
         if (size, digest) != (entry["bytes"], entry["sha256"]):
             problems.append(f"typed_text {part} {entry['file']} differs from the contract (bytes/sha256)")
     if problems:

@@ -28,9 +28,11 @@ from pipeline.stages.golden import GoldenSplit
 from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
 from targets.shared import onnx_common
+# what predicting needs of the published encoder lives in published.py (no torch); the names stay here too
+from targets.text_encoder.published import (OUTPUT, QWEN_FILE, QWEN_INPUT, QWEN_KIND,  # noqa: F401
+                                            QWEN_OUTPUT, PublishedEncoder, qwen_embed)
 
 INPUTS = ("input_ids", "attention_mask")
-OUTPUT = "sentence_embedding"  # "embedding" collides with a node name inside the exported BERT
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 FP32_COSINE_MIN = 0.999
 INT8_COSINE_MIN = 0.99
@@ -324,43 +326,6 @@ class TextEncoderTarget(Target):
                            f"onnxruntime {ort.__version__} (CPUExecutionProvider) text encoder -> eager relevance model")
 
 
-class PublishedEncoder:
-    """A published query encoder, loaded once and kept: encoder(text) -> float32 [1, D] with
-    onnxruntime and the `tokenizers` library only. MiniLM's ids are what sentence-transformers
-    gives (truncated at its 256 tokens, no padding for one sentence); arr-coc-0-1's are the raw
-    text's, no special tokens (qwen_query.token_ids). close() frees the session."""
-
-    def __init__(self, kind: str, model: Path, tokenizer_json: Path):
-        from pipeline.relevance import qwen_query as qq
-        from pipeline.relevance.text_encoder import MAX_TOKENS
-
-        self.kind = kind
-        self.tokenizer = qq.load_tokenizer(tokenizer_json)  # a broken file: InputError naming it
-        if kind != QWEN_KIND:
-            self.tokenizer.enable_truncation(MAX_TOKENS)  # tokenizer.json's own says 128
-            self.tokenizer.no_padding()  # and pads to a fixed 128
-        self.session = onnx_common.ort_session(model)
-
-    def __call__(self, text: str) -> np.ndarray:
-        from pipeline.errors import InputError
-
-        if self.session is None:
-            raise InputError("this query encoder was closed", "load the folder again (pipeline.load)")
-        if self.kind == QWEN_KIND:
-            from pipeline.relevance import qwen_query as qq
-
-            ids = qq.token_ids(self.tokenizer, text)
-            if not ids:
-                raise InputError("the query has no tokens", "type the question, e.g. 'where is the cat?'")
-            return qwen_embed(self.session, [ids]).astype(np.float32)
-        enc = self.tokenizer.encode(text)
-        inputs = {"input_ids": np.asarray([enc.ids], np.int64), "attention_mask": np.asarray([enc.attention_mask], np.int64)}
-        return self.session.run([OUTPUT], inputs)[0].astype(np.float32)
-
-    def close(self) -> None:
-        self.session = None
-
-
 def text_runner(ctx: BuildContext, texts: list[str], embed, runtime: str) -> Runner:
     """The golden query vectors stand for texts (held-out row i is texts[i]): look each row up,
     embed its text with the artifact (`embed`: texts -> [n, D]) and run the eager model on that."""
@@ -380,8 +345,6 @@ def text_runner(ctx: BuildContext, texts: list[str], embed, runtime: str) -> Run
 
 # ---- arr-coc-0-1's own encoder (Qwen3-VL token-embedding mean), for checkpoints of any width ----
 
-QWEN_KIND = "qwen-token-mean"
-QWEN_FILE, QWEN_INPUT, QWEN_OUTPUT = "query_encoder.onnx", "input_ids", "query_embedding"
 # The issue's bar for the shipped form, on the corpus x the held-out photos; LOSSY on the golden run.
 QWEN_CORPUS_MINIMA = {"corpus_topk_overlap_mean": 0.98, "corpus_topk_overlap_min": 0.95}
 QWEN_GATE = Gate({**LOSSY.maxima}, {**LOSSY.minima, **QWEN_CORPUS_MINIMA}, LOSSY.tie_tolerance)
@@ -432,10 +395,6 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
     return [Variant("fp16", files, Gate({**QWEN_GATE.maxima, "size_bytes": budget}, QWEN_GATE.minima, QWEN_GATE.tie_tolerance),
                     budget, primary=True, info=info, metrics={k: v for k, v in tried[-1].items() if k.startswith(("corpus", "query"))},
                     reference=reference, reference_name="the exact encoder (bf16 table rows, mean) -> eager PyTorch float32")]
-
-
-def qwen_embed(session, ids: list[list[int]]) -> np.ndarray:
-    return np.concatenate([session.run([QWEN_OUTPUT], {QWEN_INPUT: np.asarray(i, np.int64)})[0] for i in ids])
 
 
 def copy_qwen_tokenizer(tokenizer_path: Path, staging: Path) -> list[Path]:
