@@ -323,10 +323,10 @@ def tokenizer_entry(tok: Path, kind: str) -> dict:
     """contract.json's typed_text.tokenizer, for both apps: the file by name, bytes and sha256, and the
     special tokens and truncation the app's encoder gets (as the Python encoder applies them)."""
     from pipeline.relevance.text_encoder import MAX_TOKENS
-    from targets.shared.mobile_contract import _sha256
+    from pipeline.relevance.digest import sha256_file
 
     qwen = kind == "qwen-token-mean"
-    return {"file": tok.name, "bytes": tok.stat().st_size, "sha256": _sha256(tok),
+    return {"file": tok.name, "bytes": tok.stat().st_size, "sha256": sha256_file(tok),
             "kind": TOKENIZER_KINDS[kind], "add_special_tokens": not qwen,
             "max_length": None if qwen else MAX_TOKENS,
             "truncation": None if qwen else f"cut to {MAX_TOKENS} ids, [SEP] kept last (as Python)"}
@@ -336,7 +336,7 @@ def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     """contract.json's typed_text for a verified encoder: the tokenizer file and the encoder .pte
     by name, bytes and sha256, the encoder's input, output, lengths, gate and measured numbers."""
     from pipeline.relevance.text_encoder import MAX_TOKENS
-    from targets.shared.mobile_contract import _sha256
+    from pipeline.relevance.digest import sha256_file
 
     pte, tok = encoder.files
     qwen = encoder.kind == "qwen-token-mean"
@@ -344,7 +344,7 @@ def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     return {
         "supported": True,
         "tokenizer": tokenizer_entry(tok, encoder.kind),
-        "encoder": {"file": pte.name, "bytes": pte.stat().st_size, "sha256": _sha256(pte), "kind": encoder.kind,
+        "encoder": {"file": pte.name, "bytes": pte.stat().st_size, "sha256": sha256_file(pte), "kind": encoder.kind,
                     "variant": encoder.variant, "method": "forward", "runtime": runtime,
                     "inputs": [{"name": "input_ids", "dtype": "int64", "shape": ["tokens"] if qwen else [1, "tokens"]}],
                     "output": {"name": "query_embedding" if qwen else MINILM_OUTPUT, "dtype": "float32",

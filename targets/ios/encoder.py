@@ -314,12 +314,13 @@ def typed_text_entry(encoder: IosEncoder, query_dim: int) -> dict:
     """contract.json's typed_text for the iOS app: the tokenizer file and the encoder (a table file or
     a package) by name, bytes and sha256, the encoder's input, output, lengths, gate and numbers."""
     from pipeline.relevance.text_encoder import MAX_TOKENS
-    from targets.shared.mobile_contract import _sha256, tree_bytes, tree_sha256
+    from pipeline.relevance.digest import sha256_file
+    from targets.shared.mobile_contract import tree_bytes, tree_sha256
 
     tok, enc = encoder.tokenizer, encoder.encoder
     qwen = encoder.kind == "qwen-token-mean"
     if qwen:
-        files = {"file": enc.name, "bytes": enc.stat().st_size, "sha256": _sha256(enc), "format": "arrcoc-tokenmean-1",
+        files = {"file": enc.name, "bytes": enc.stat().st_size, "sha256": sha256_file(enc), "format": "arrcoc-tokenmean-1",
                  "runtime": SWIFT_RUNTIME, "inputs": [{"name": "input_ids", "dtype": "int", "shape": ["tokens"]}],
                  "output": {"name": "query_embedding", "dtype": "float32", "shape": [1, query_dim]},
                  "min_length": 1, "max_length": None, "too_long": "never: any length, as Python"}
