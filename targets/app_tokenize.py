@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.errors import GateError, InputError
 
@@ -151,22 +152,58 @@ def read_lines(path: Path) -> list[str]:
     return text.removesuffix("\n").split("\n")
 
 
-def tokenizer_model_type(path: Path) -> str:
-    """The tokenizer.json's model type ("WordPiece", "BPE", ...); an unreadable file is an InputError."""
-    fix = "pass a tokenizer.json (all-MiniLM-L6-v2's or Qwen3's)"
+TOKENIZER_MAX_BYTES = 64 << 20  # Qwen3's tokenizer.json is 11 MB, all-MiniLM-L6-v2's 0.7 MB
+TOKENIZER_FIX = "pass a tokenizer.json (all-MiniLM-L6-v2's or Qwen3's)"
+
+
+class CheckedTokenizer(NamedTuple):
+    data: bytes  # the bytes the crate accepted, which the app is given
+    model_type: str  # "WordPiece", "BPE", ...
+    specials: int  # special tokens its post-processor adds to one sequence ([CLS] and [SEP]: 2)
+
+
+def read_tokenizer(path: Path) -> CheckedTokenizer:
+    """The file once the Rust crate accepts it: the apps get only a file
+    `tokenizers` itself loads (a missing vocab, string ids, a negative limit, deep nesting or a huge
+    file are tokenizers' refusal in one line, not a crash in the app's parser), and the bytes checked
+    are the bytes the app reads (app_tokenize writes them to a private folder)."""
+    from tokenizers import Tokenizer
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > TOKENIZER_MAX_BYTES:
+                raise InputError(f"{path} is {size / 2**20:.0f} MB; a tokenizer.json is at most "
+                                 f"{TOKENIZER_MAX_BYTES >> 20} MB", TOKENIZER_FIX)
+            data = f.read(TOKENIZER_MAX_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"cannot read the tokenizer {path}: {exc.strerror or exc}", fix) from exc
-    except ValueError as exc:
-        raise InputError(f"{path} is not JSON ({exc})", fix) from exc
-    model = data.get("model") if isinstance(data, dict) else None
-    return str(model.get("type", "")) if isinstance(model, dict) else ""
+        raise InputError(f"cannot read the tokenizer {path}: {exc.strerror or exc}", TOKENIZER_FIX) from exc
+    if len(data) > TOKENIZER_MAX_BYTES:  # grew while read (a FIFO, a file being written)
+        raise InputError(f"{path} is over {TOKENIZER_MAX_BYTES >> 20} MB", TOKENIZER_FIX)
+    try:
+        crate = Tokenizer.from_str(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 (byte {exc.start})", TOKENIZER_FIX) from exc
+    except Exception as exc:  # the crate raises plain Exception with serde's message
+        raise InputError(f"tokenizers refuses {path}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+                         TOKENIZER_FIX) from exc
+    model = json.loads(data).get("model")  # safe now: the crate parsed it (serde limits nesting to 128)
+    specials = crate.post_processor.num_special_tokens_to_add(False) if crate.post_processor else 0
+    return CheckedTokenizer(data, str(model.get("type", "")) if isinstance(model, dict) else "", specials)
 
 
-def default_max_length(path: Path) -> int | None:
-    """The Python encoder's maximum length for this tokenizer: MiniLM's 256 for WordPiece, else none."""
-    return WORDPIECE_MAX_LENGTH if tokenizer_model_type(path) == "WordPiece" else None
+def max_length_for(tokenizer: CheckedTokenizer, asked: int | None | str) -> int | None:
+    """The maximum length the app applies: the Python encoder's (MiniLM's 256 for WordPiece, none for
+    byte-level BPE) unless asked. A limit below the special tokens is refused: transformers and the
+    crate do not truncate at all there, so no app answer could match Python's."""
+    wordpiece = tokenizer.model_type == "WordPiece"
+    limit = (WORDPIECE_MAX_LENGTH if wordpiece else None) if asked == "default" else asked
+    floor = max(1, tokenizer.specials)
+    if limit is not None and limit < floor:
+        why = (f"is below the {floor} special tokens this tokenizer adds (transformers would not truncate)"
+               if floor > 1 else "leaves no room for a token")
+        raise InputError(f"--max-length {limit} {why}", f"pass --max-length {floor} or more")
+    return limit
 
 
 # ---- running the apps' code ------------------------------------------------------------------------
@@ -258,12 +295,15 @@ def app_tokenize(app: str, tokenizer: Path, text_file: Path, max_length: int | N
     """The app's ids for each line of `text_file` (see the module's doc)."""
     if app not in APPS:
         raise InputError(f"--app must be android or ios, not {app!r}", "pass --app android or --app ios")
-    count = len(read_lines(text_file))
-    limit = default_max_length(tokenizer) if max_length == "default" else max_length
-    if limit is not None and limit < 1:
-        raise InputError(f"--max-length {limit} leaves no room for a token", "pass --max-length 1 or more")
+    lines = read_lines(text_file)
+    checked = read_tokenizer(tokenizer)
+    limit = max_length_for(checked, max_length)
     run = run_android if app == "android" else run_ios
-    return run(Path(tokenizer).resolve(), Path(text_file).resolve(), limit, count, log)
+    with tempfile.TemporaryDirectory(prefix="arrcoc-tokenize-in-") as inputs:  # 0700: ours alone
+        tok, text = Path(inputs) / "tokenizer.json", Path(inputs) / "text.txt"
+        tok.write_bytes(checked.data)
+        text.write_bytes("".join(line + "\n" for line in lines).encode("utf-8"))
+        return run(tok, text, limit, len(lines), log)
 
 
 def main(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import stat
 import tempfile
@@ -63,19 +64,40 @@ def _parent_problem(path: Path) -> str | None:
     return None
 
 
-def user_cache_dir(name: str) -> Path:
-    """`<user cache>/arrcoc-edge/<name>`, made 0700 where missing and checked (module docstring)."""
+def cache_base() -> Path:
+    """The user's cache folder: $XDG_CACHE_HOME, else ~/.cache. A relative value of either is not a
+    place (the XDG spec says to ignore it; it would name a folder under wherever the build runs), so
+    HOME falls back to the password database's home, and without an absolute one there is no cache."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    if os.path.isabs(xdg):
+        return Path(xdg)
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home):
+        try:
+            home = pwd.getpwuid(os.geteuid()).pw_dir
+        except KeyError:
+            home = ""
+    if not os.path.isabs(home):
+        raise CacheUnusable("no absolute HOME or XDG_CACHE_HOME to keep a cache in")
+    return Path(home) / ".cache"
+
+
+def user_cache_dir(name: str) -> Path:
+    """`<user cache>/arrcoc-edge/<name>`, made 0700 where missing and checked (module docstring).
+    Each folder is checked before anything is made inside it: a linked or world-writable folder on
+    the way is refused with nothing created in it."""
+    base = cache_base()
     try:
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
         problem = _parent_problem(base)
         folder = base
         for part in ("arrcoc-edge", name):
+            if problem:
+                break
             folder = folder / part
             with contextlib.suppress(FileExistsError):
                 folder.mkdir(mode=0o700)
-            problem = problem or private_dir_problem(folder)
+            problem = private_dir_problem(folder)
     except OSError as exc:
         raise CacheUnusable(f"{base}: {exc.strerror or exc}") from exc
     if problem:
