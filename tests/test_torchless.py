@@ -129,3 +129,39 @@ def test_a_runtime_that_is_not_installed_names_the_install_line(published_with_e
         pipeline.load(published_with_encoder, "onnx-int8")
     # a checkout: the .venv line (an installed package gets `pip install 'arrcoc-edge[...]'`, tests/test_wheel.py)
     assert ".venv/bin/pip install -e '.[int8]'" in info.value.fix, info.value.one_line()
+
+
+def test_the_published_encoder_runs_the_bytes_it_checked(published_with_encoder, tmp_path, monkeypatch):
+    """Issue 43 (finding 3's gap on the file a sentence goes through): the encoder's .onnx and
+    tokenizer.json are swapped right after their sha256 check; the sentence is still encoded by the
+    checked bytes (before, onnxruntime reopened the path and read the swapped file)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import pipeline
+    from pipeline.publishing import reading
+
+    folder = tmp_path / "out"
+    shutil.copytree(published_with_encoder, folder, symlinks=True)
+    with pipeline.load(folder, "onnx") as model:
+        verified = model.query_vector("something red")
+
+    real, swapped = reading.check_variant_files, []
+
+    def check_then_swap(out, entry, variant):
+        found = real(out, entry, variant)
+        for rel in entry["variants"][variant]["files"]:
+            if rel.startswith("text-encoder/"):
+                target = Path(out) / rel
+                fresh = target.with_name(target.name + ".swap")
+                fresh.write_bytes(b"not the checked file")
+                os.replace(fresh, target)
+                swapped.append(Path(rel).name)
+        return found
+
+    monkeypatch.setattr(reading, "check_variant_files", check_then_swap)
+    with pipeline.load(folder, "onnx") as model:
+        again = model.query_vector("something red")
+    assert "tokenizer.json" in swapped and any(name.endswith(".onnx") for name in swapped), swapped
+    assert np.array_equal(again, verified)

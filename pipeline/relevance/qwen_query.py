@@ -276,14 +276,21 @@ def _sha256(path: Path) -> str:
         return ""
 
 
+TOKENIZER_FIX = "use the snapshot's own tokenizer.json (re-download it), or remove it to use the pinned Qwen3 tokenizer"
+
+
 @functools.lru_cache(maxsize=4)
-def load_tokenizer(path: Path):
+def load_tokenizer(path: Path, fix: str = TOKENIZER_FIX):
     """A tokenizer.json as a `tokenizers` Tokenizer; one that is not (not JSON, `{}`, no vocabulary)
     is an InputError naming the file."""
+    return tokenizer_from_text(read_text(path, fix), path, fix)
+
+
+def tokenizer_from_text(text: str, path: Path, fix: str = TOKENIZER_FIX):
+    """load_tokenizer on a tokenizer.json's text already read (and checked) by the caller; `path`
+    names it in messages."""
     from tokenizers import Tokenizer
 
-    fix = "use the snapshot's own tokenizer.json (re-download it), or remove it to use the pinned Qwen3 tokenizer"
-    text = read_text(path, fix)
     data = parse_json(text, path, fix)
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise InputError(f"{path} is JSON but not a tokenizer (no tokenizer model in it)", fix)

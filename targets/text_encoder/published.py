@@ -23,12 +23,17 @@ class PublishedEncoder:
     gives (truncated at its 256 tokens, no padding for one sentence); arr-coc-0-1's are the raw
     text's, no special tokens (qwen_query.token_ids). close() frees the session."""
 
-    def __init__(self, kind: str, model: Path, tokenizer_json: Path):
+    def __init__(self, kind: str, model: Path | bytes, tokenizer_json: Path | bytes, name: str = "tokenizer.json"):
+        """model, tokenizer_json: the files, or their bytes as load() checked them against the
+        manifest (what is run is then what was checked; `name` labels the bytes in messages)."""
         from pipeline.relevance import qwen_query as qq
         from pipeline.relevance.text_encoder import MAX_TOKENS
 
         self.kind = kind
-        self.tokenizer = qq.load_tokenizer(tokenizer_json)  # a broken file: InputError naming it
+        if isinstance(tokenizer_json, bytes):  # a broken file: InputError naming it
+            self.tokenizer = qq.tokenizer_from_text(tokenizer_json.decode("utf-8", "replace"), Path(name))
+        else:
+            self.tokenizer = qq.load_tokenizer(tokenizer_json)
         if kind != QWEN_KIND:
             self.tokenizer.enable_truncation(MAX_TOKENS)  # tokenizer.json's own says 128
             self.tokenizer.no_padding()  # and pads to a fixed 128

@@ -293,10 +293,12 @@ class TextEncoderTarget(Target):
             variant = variants.get(name) or {}
             kind = (variant.get("info") or {}).get("kind")
             if variant.get("status") == "verified" and kind in ("minilm", QWEN_KIND):
-                check_variant_files(out, entry, name)
-                files = {Path(f).name: out / f for f in variant["files"]}
-                model = next(path for f, path in files.items() if f.endswith(".onnx"))
-                return PublishedEncoder(kind, model, files["tokenizer.json"])
+                # the bytes checked against the manifest, never the paths again (issue 43: a file
+                # swapped between the check and the load would otherwise run unchecked)
+                data = dict(zip(variant["files"], check_variant_files(out, entry, name)))
+                model = next(blob for f, blob in data.items() if f.endswith(".onnx"))
+                tokenizer = next(f for f in data if Path(f).name == "tokenizer.json")
+                return PublishedEncoder(kind, model, data[tokenizer], name=str(out / tokenizer))
         return None
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
