@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import REPO
 
 
 def invoke(*argv: str) -> tuple[int, str, str]:
@@ -262,3 +263,20 @@ def test_any_option_value_ends_in_exit_0_or_one_line(task, value, other, tmp_pat
     if code != 0:
         one_line = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(one_line) == 1 and " -> fix: " in one_line[0], (argv, err)
+
+
+def test_the_commands_help_shows_the_commands_and_only_the_options_they_use():
+    """`arrcoc-edge --help` used to list Invoke's shell-runner options (--pty, --hide, --echo, --dry,
+    --warn-only, ...), which no task of this tool reads."""
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['arrcoc-edge', '--help']\n"
+                           "from pipeline.frontends.commands import main; main()"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("build", "predict", "verify", "merge", "clean", "serve", "bench", "train", "app-tokenize",
+                 "--help", "--version", "--list"):
+        assert name in proc.stdout, name
+    for shell_option in ("--pty", "--hide", "--echo", "--dry", "--warn-only", "--command-timeout", "--write-pyc",
+                         "sudo", "--config"):
+        assert shell_option not in proc.stdout, shell_option

@@ -204,11 +204,36 @@ def app_tokenize(c, app=None, tokenizer=None, text_file=None, max_length=None, v
 def main() -> None:
     """The `arrcoc-edge` console command: these tasks under Invoke's Program, exit codes as `invoke`'s."""
     install_early_handlers(NAME)
-    from invoke import Collection, Program
+    from invoke import Collection
 
     from pipeline import __version__
     from pipeline.frontends import cli
 
     cli.COMMAND = NAME  # the messages name the command the user typed
     tasks = Collection(build, verify, merge, predict, serve, clean, bench, train, app_tokenize)
-    Program(namespace=tasks, name=NAME, binary=NAME, version=__version__).run()
+    command_program()(namespace=tasks, name=NAME, binary=NAME, version=__version__).run()
+
+
+# Invoke's core options that mean something for these tasks; the rest (--pty, --hide, --echo, --dry,
+# --warn-only, ...) steer Invoke's shell runner, which no task here uses, so --help leaves them out.
+SHOWN_CORE_OPTIONS = ("--help", "--list", "--version", "--print-completion-script")
+
+
+def command_program():
+    """Invoke's Program whose help reads as this tool's: the commands, and only the core options a
+    user of them needs (the others are still accepted, as Invoke defines them)."""
+    from invoke import Program
+
+    class Command(Program):
+        def print_help(self) -> None:
+            print(f"Usage: {self.binary} <command> [--command-options] ...   "
+                  f"({self.binary} <command> --help: that command's options)\n\nOptions:\n")
+            self.print_columns([row for row in self.initial_context.help_tuples() if _names(row[0]) & set(SHOWN_CORE_OPTIONS)])
+            self.list_tasks()
+
+    return Command
+
+
+def _names(flags: str) -> set[str]:
+    """"-h [STRING], --help[=STRING]" -> {"-h", "--help"}."""
+    return {part.strip().split(" ")[0].split("[")[0].split("=")[0] for part in flags.split(",")}
