@@ -15,6 +15,11 @@ BUNDLED = {
     "targets.bundled.web": ("web", ["*.html", "*.js", "*.css", "package.json", "package-lock.json"]),
     "targets.bundled.mobile": ("mobile", ["**/*"]),
 }
+# What a build or an IDE leaves in mobile/ (its .gitignore files say so) is not source: the bundles a
+# build copies into the sample apps (88 MB), SwiftPM's and Gradle's products.
+GENERATED = {"targets.bundled.mobile": ["android/app/src/main/assets/*", "ios/ArrcocDemo/Resources/*",
+                                        "ios/.build/*", "ios/.swiftpm/*", "android/.gradle/*", "android/build/*",
+                                        "android/app/build/*", "android/.kotlin/*", "android/local.properties"]}
 
 # A source tree without one of them (a partial copy) builds a wheel without it, as before; the wheel's
 # test (tests/test_wheel.py) builds from the tracked files of a checkout and checks they are all there.
@@ -23,5 +28,8 @@ BUNDLED = {name: spec for name, spec in BUNDLED.items() if Path(spec[0]).is_dir(
 setup(
     packages=find_packages(include=["pipeline", "pipeline.*", "targets", "targets.*"]) + list(BUNDLED),
     package_dir={name: folder for name, (folder, _) in BUNDLED.items()},
-    package_data={name: patterns for name, (_, patterns) in BUNDLED.items()},
+    exclude_package_data=GENERATED,
+    # the tokenizer corpus the mobile stages' tokenizer tests run on (targets/shared/sources.py)
+    package_data={"targets.shared": ["tokenizer_corpus.txt"],
+                  **{name: patterns for name, (_, patterns) in BUNDLED.items()}},
 )

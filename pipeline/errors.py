@@ -82,12 +82,10 @@ class BuildInterrupted(ArrcocError):
 def install_fix(extra: str | None) -> str:
     """How to install an extra, said the way this copy was installed: the pip line for an installed
     package, the checkout's own .venv line (pinned by constraints.txt) in a source checkout."""
-    from pathlib import Path
+    from pipeline.install import CHECKOUT
 
-    repo = Path(__file__).resolve().parents[1]
-    checkout = (repo / "pyproject.toml").is_file() and (repo / "constraints.txt").is_file()
     if not extra:
         return "pip install the missing packages"
-    if checkout:
+    if CHECKOUT:
         return f".venv/bin/pip install -e '.[{extra}]' -c constraints.txt (or bash scripts/setup.sh)"
     return f"pip install 'arrcoc-edge[{extra}]'"

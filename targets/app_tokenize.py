@@ -34,11 +34,12 @@ from pipeline.errors import GateError, InputError
 
 from targets.android import app as android_app
 from targets.ios import app as ios_app
+from targets.shared import sources
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = sources.ROOT  # the checkout (or site-packages): repo_files() paths are relative to it
 APPS = ("android", "ios")
-KOTLIN_TABLES = REPO / "mobile" / "android" / "app" / "src" / "main" / "java" / "org" / "arrcoc" / "demo" / "UnicodeTables.kt"
-SWIFT_TABLES = REPO / "mobile" / "ios" / "ArrcocCore" / "UnicodeTables.swift"
+KOTLIN_TABLES = sources.MOBILE / "android" / "app" / "src" / "main" / "java" / "org" / "arrcoc" / "demo" / "UnicodeTables.kt"
+SWIFT_TABLES = sources.MOBILE / "ios" / "ArrcocCore" / "UnicodeTables.swift"
 KOTLIN_MAIN = "org.arrcoc.jvmrunner.TokenizeCli"
 SWIFT_PRODUCT = "arrcoc-tokenize"
 SWIFT_WORK = "/work/arrcoc-tokenize"  # in the chroot: the package, built once per source hash

@@ -1,5 +1,5 @@
 """`invoke app-tokenize`: the Android and iOS apps' own tokenizer code, compiled as the build compiles
-it, against Python's ids (issue 38), on the corpus (tests/data/tokenizer_corpus.txt: every major
+it, against Python's ids (issue 38), on the corpus (targets/shared/tokenizer_corpus.txt: every major
 script, combining marks, emoji sequences, control and zero-width characters, lines past the maximum
 length) plus seeded random lines, for all-MiniLM-L6-v2's and Qwen3's tokenizer.json."""
 from __future__ import annotations

@@ -60,6 +60,7 @@ def test_the_wheel_holds_the_two_packages_and_the_command(wheel):
     assert "pipeline/bundled/checkpoints/arrcoc-v0.1-trained.safetensors" in names
     assert {"targets/bundled/web/index.html", "targets/bundled/web/app.js"} <= set(names)
     assert any(n.startswith("targets/bundled/mobile/android/") for n in names)
+    assert "targets/shared/tokenizer_corpus.txt" in names  # the mobile stages' tokenizer tests read it
     assert not any("node_modules" in n or "__pycache__" in n for n in names)
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "arrcoc-edge = pipeline.frontends.commands:main" in zipfile.ZipFile(wheel).read(entry).decode()
@@ -105,3 +106,36 @@ def test_the_installed_command_has_help_and_exit_codes(venv, tmp_path):
     build = subprocess.run([command, "build", "--target", "onnx", "--out", str(tmp_path / "o")],
                            capture_output=True, text=True, cwd=tmp_path)
     assert build.returncode != 0 and "pip install 'arrcoc-edge[build" in build.stderr, build.stderr
+
+
+def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(venv, tmp_path):
+    """`arrcoc-edge build --target android,ios` from the installed package (the build extras from this
+    checkout's .venv, appended to the venv's path): the app sources come from the package's bundled
+    copy, the bundles are published under --out and nothing is written into site-packages (there is
+    no sample app of the user's there). Android's compile gate needs a checkout's tools/ and says so;
+    iOS's runs from the bundled sources where this host has Swift. ~4 min: a real android+ios build."""
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    checkout_site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
+    (site / "zz-build-extras.pth").write_text(f"{checkout_site}\n")  # after the venv's own packages
+    before = sorted(str(p.relative_to(site)) for p in site.rglob("*") if "__pycache__" not in p.parts)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ARRCOC_ANDROID_APP_DIR", "ARRCOC_IOS_APP_DIR")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = tmp_path / "artifacts"
+    proc = subprocess.run([str(venv / "bin" / "arrcoc-edge"), "build", "--target", "android,ios", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    after = sorted(str(p.relative_to(site)) for p in site.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before, f"written into site-packages: {sorted(set(after) - set(before))[:5]}"
+    for app in ("android", "ios"):
+        contract = json.loads((out / app / "contract.json").read_text())
+        assert contract["artifacts"] and (out / app / contract["golden"]["json"]).is_file()
+        assert f"[{app}] note: not copied into an app" in proc.stdout + proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    android = manifest["targets"]["android"]["variants"]["app-assets"]["info"]["app_build"]
+    assert android["status"] == "not run" and "source checkout" in android["reason"], android
+    ios = manifest["targets"]["ios"]["variants"]["app-bundle"]["info"]["app_build"]
+    from targets.ios import app as ios_app
+
+    if ios_app.Swift.find()[0] is not None:  # the bundled Swift sources compiled and their tests ran
+        assert ios["status"] == "passed", ios

@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pipeline import install
 from pipeline.errors import InputError
 
-REPO = Path(__file__).resolve().parents[2]
 # A source checkout (the checkpoints and artifacts/ at its root), or an installed package: the wheel
 # carries the checkpoints in pipeline/bundled/ (setup.py) and the output goes to ./artifacts.
-CHECKOUT = (REPO / "pyproject.toml").is_file() and (REPO / "checkpoints").is_dir()
+REPO, CHECKOUT = install.ROOT, install.CHECKOUT
 # The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
 # seeded initialisation it started from, kept as the untrained baseline (pipeline/training/train.py).
-DEFAULT_CHECKPOINT = (REPO if CHECKOUT else REPO / "pipeline" / "bundled") / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
+DEFAULT_CHECKPOINT = install.project_folder("checkpoints", REPO / "pipeline") / "arrcoc-v0.1-trained.safetensors"
 DEFAULT_OUT = REPO / "artifacts" if CHECKOUT else Path.cwd() / "artifacts"
 
 MAX_BENCH_RUNS = 100_000

@@ -35,12 +35,11 @@ from pipeline.errors import GateError
 from pipeline.stages.golden import write_array_bundle
 from pipeline.stages.parity import Gate, parity_metrics
 
-from targets.shared import private_cache
+from targets.shared import private_cache, sources
 from targets.shared import tokenizer_cases
 from targets.shared.mobile_contract import pil_upright
 
-REPO = Path(__file__).resolve().parents[2]
-ANDROID = REPO / "mobile" / "android"
+ANDROID = sources.MOBILE / "android"
 SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles
     "stubs": ANDROID / "jvm-stubs",
     "main": ANDROID / "app" / "src" / "main" / "java",
@@ -48,8 +47,9 @@ SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles
     "androidTest": ANDROID / "app" / "src" / "androidTest" / "java",
     "runner": ANDROID / "jvm-runner",
 }
-KOTLINC = REPO / "tools" / "kotlin" / "node_modules" / "kotlin-compiler"
-ANDROID_JAR = REPO / "tools" / "android-23" / "android.jar"
+# installed by scripts/setup.d/40-android-jvm.sh in a checkout; an installed package has no tools/
+KOTLINC = (sources.TOOLS or Path("/nonexistent")) / "kotlin" / "node_modules" / "kotlin-compiler"
+ANDROID_JAR = (sources.TOOLS or Path("/nonexistent")) / "android-23" / "android.jar"
 JUNIT = Path("/usr/share/java/junit4.jar")
 HAMCREST = Path("/usr/share/java/hamcrest-core.jar")
 ORG_JSON = Path("/usr/share/java/com.android.json.jar")  # a real org.json: android.jar's throws "Stub!"
@@ -99,6 +99,8 @@ def missing_tools() -> list[str]:
 
 def missing_reason() -> str | None:
     missing = missing_tools()
+    if missing and sources.TOOLS is None:
+        return sources.NO_TOOLS
     return f"{', '.join(missing)} missing: {SETUP}" if missing else None
 
 
@@ -128,7 +130,7 @@ def sources(group: str) -> list[Path]:
 
 
 def _rel(path: Path) -> str:
-    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+    return sources.shown(path)
 
 
 def _cache_key(tc: Toolchain) -> str:
@@ -143,14 +145,14 @@ def _kotlinc(tc: Toolchain, classpath: list[Path], out: Path, files: list[Path])
     """One kotlinc run; returns (command line, its output lines). A compile error is a GateError."""
     cmd = [str(tc.kotlinc), *KOTLINC_FLAGS, "-classpath", os.pathsep.join(map(str, classpath)), "-d", str(out),
            *(str(f) for f in files)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ANDROID, capture_output=True, text=True)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     shown_cp = ":".join(p.name if p.parent == out.parent else _rel(p) for p in classpath)
     shown = " ".join([_rel(tc.kotlinc), *KOTLINC_FLAGS, "-classpath", shown_cp, "-d", out.name,
                       *(_rel(f) for f in files)])
     if proc.returncode != 0:
         first = next((line for line in lines if ": error: " in line or line.startswith("error:")), _first_line(proc.stderr))
-        raise GateError(f"the Android app does not compile (kotlinc {tc.kotlinc_version}): {first.replace(str(REPO) + '/', '')}",
+        raise GateError(f"the Android app does not compile (kotlinc {tc.kotlinc_version}): {first.replace(str(sources.ROOT) + '/', '')}",
                         "fix the Kotlin source (mobile/android) and rebuild")
     return shown, lines
 

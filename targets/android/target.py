@@ -42,22 +42,26 @@ from pipeline.stages.parity import Gate
 from pipeline.stages.target import BuildContext, Runner, Target, Variant
 from targets import app_encoder
 from targets.android import app as android_app
-from targets.shared import mobile_contract
+from targets.shared import mobile_contract, sources
 from targets.shared.app_folder import copy_to_app
 from targets.shared.mobile_contract import bundle_allowance, write_sample
 
-REPO = Path(__file__).resolve().parents[2]
-APP_DIR = REPO / "mobile" / "android"
-APP_ASSETS = APP_DIR / "app" / "src" / "main" / "assets"
+ASSETS_FOLDER = "app/src/main/assets"  # Gradle's default assets folder, inside mobile/android
+APP_ASSETS = sources.app_folder(f"android/{ASSETS_FOLDER}")  # None in an installed package
 # The Maven artifact the app runs the .pte files with (pinned in app/build.gradle.kts); it must
 # match the executorch release that wrote them (tests/test_android.py checks the pin).
 ANDROID_RUNTIME = "org.pytorch:executorch-android"
+NO_APP_FOLDER = ("not copied into an app (an installed package has no sample app): copy the published android/ "
+                 "folder into your app's assets, or set ARRCOC_ANDROID_APP_DIR to that folder and rebuild")
 NO_DEVICE = ("the Android app runs on an Android device or emulator (Android SDK, adb), which this host "
              "lacks; this stage publishes the app's assets, the executorch target measures its .pte files")
 
 
-def app_assets_dir() -> Path:
-    return Path(os.environ.get("ARRCOC_ANDROID_APP_DIR", APP_ASSETS))
+def app_assets_dir() -> Path | None:
+    """Where the bundle is copied: ARRCOC_ANDROID_APP_DIR, else the checkout's sample app, else
+    (an installed package) nowhere: the bundle stays in the published folder."""
+    named = os.environ.get("ARRCOC_ANDROID_APP_DIR")
+    return Path(named) if named else APP_ASSETS
 
 
 def executorch_version() -> str:
@@ -135,7 +139,7 @@ class AndroidTarget(Target):
         data["app"] = {
             "platform": "android", "default_artifact": default, "sample_image": mobile_contract.SAMPLE_IMAGE,
             "sample_golden": mobile_contract.SAMPLE_GOLDEN,
-            "assets_folder": APP_ASSETS.relative_to(APP_DIR).as_posix(),
+            "assets_folder": ASSETS_FOLDER,
             "runtime_maven": f"{ANDROID_RUNTIME}:{executorch_version()}",
             "executorch_stage": {"status": upstream.status, "reason": upstream.reason},
         }
@@ -198,6 +202,9 @@ class AndroidTarget(Target):
             raise ExportError(f"Android assets are {variant.bytes} bytes, over their budget {variant.size_budget}",
                               "ship fewer ExecuTorch variants")
         dest = app_assets_dir()
+        if dest is None:
+            ctx.log(f"[{self.name}] note: {NO_APP_FOLDER}")
+            return
         try:
             kept = copy_to_app(ctx.staging, dest)
         except OSError as exc:
@@ -224,7 +231,7 @@ class AndroidTarget(Target):
         checks.append(f"{', '.join(sorted(a['file'] for a in data['artifacts'].values()))}: identical to the "
                       f"executorch stage's files; I/O contract (MethodMeta, ExecuTorch {executorch_version()} runtime) matches")
         app = app_assets_dir()
-        checks.append(f"app assets ({app}): " + check_bundle(data, app)[0])
+        checks.append(f"app assets ({app}): " + check_bundle(data, app)[0] if app else f"app assets: {NO_APP_FOLDER}")
         return checks
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:

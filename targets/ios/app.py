@@ -46,11 +46,10 @@ from pipeline.errors import GateError
 from pipeline.stages.golden import write_array_bundle
 from pipeline.stages.parity import Gate, parity_metrics
 from targets.ios import encoder as ios_encoder
-from targets.shared import tokenizer_cases
+from targets.shared import sources, tokenizer_cases
 from targets.shared.mobile_contract import pil_upright
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "mobile" / "ios"
+PACKAGE = sources.MOBILE / "ios"
 CORE_SOURCES = ("Package.swift", "ArrcocCore", "CoreTests", "TokenizeCLI")
 SHELL_SOURCES = ("ArrcocDemo", "Tests")  # CoreML / UIKit / SwiftUI: parsed only
 CHECKS = {"json": "core_checks.json", "bin": "core_checks.bin"}
@@ -334,7 +333,7 @@ def repo_files(names=CORE_SOURCES) -> list[str]:
     for name in names:
         path = PACKAGE / name
         found = [path] if path.is_file() else sorted(path.rglob("*.swift"))
-        out += [p.relative_to(REPO).as_posix() for p in found]
+        out += [sources.shown(p) for p in found]
     return out
 
 

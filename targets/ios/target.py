@@ -34,12 +34,13 @@ from pipeline.stages.target import BuildContext, Runner, Target, Variant
 from targets.coreml.target import IMAGE_INPUT, mil_runner, mlmodel_runner
 from targets.ios import app as ios_app
 from targets.ios import encoder as ios_encoder
-from targets.shared import mobile_contract
+from targets.shared import mobile_contract, sources
 from targets.shared.app_folder import copy_to_app
 from targets.shared.mobile_contract import bundle_allowance, tree_bytes, tree_sha256, write_sample
 
-REPO = Path(__file__).resolve().parents[2]
-APP_RESOURCES = REPO / "mobile" / "ios" / "ArrcocDemo" / "Resources"
+APP_RESOURCES = sources.app_folder("ios/ArrcocDemo/Resources")  # None in an installed package
+NO_APP_FOLDER = ("not copied into an app (an installed package has no sample app): copy the published ios/ "
+                 "folder into your app's Resources, or set ARRCOC_IOS_APP_DIR to that folder and rebuild")
 # The model the app runs by default: fp16 is what the Neural Engine executes natively.
 DEFAULT_VARIANT = "fp16"
 SAMPLE_IMAGE = mobile_contract.SAMPLE_IMAGE
@@ -48,8 +49,11 @@ NO_DEVICE = ("the iOS app runs on an iPhone or the iOS Simulator, which need Xco
              "this stage publishes the app bundle, the coreml target measures its packages")
 
 
-def app_resources_dir() -> Path:
-    return Path(os.environ.get("ARRCOC_IOS_APP_DIR", APP_RESOURCES))
+def app_resources_dir() -> Path | None:
+    """Where the bundle is copied: ARRCOC_IOS_APP_DIR, else the checkout's sample app, else (an
+    installed package) nowhere: the bundle stays in the published folder."""
+    named = os.environ.get("ARRCOC_IOS_APP_DIR")
+    return Path(named) if named else APP_RESOURCES
 
 
 def package_entry(cfg, package: Path, report) -> dict:
@@ -176,6 +180,9 @@ class IosTarget(Target):
             raise ExportError(f"iOS bundle is {variant.bytes} bytes, over its budget {variant.size_budget}",
                               "ship fewer CoreML variants")
         dest = app_resources_dir()
+        if dest is None:
+            ctx.log(f"[{self.name}] note: {NO_APP_FOLDER}")
+            return
         try:
             kept = copy_to_app(ctx.staging, dest)
         except OSError as exc:
@@ -192,7 +199,7 @@ class IosTarget(Target):
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
         checks = check_packages(data, ctx.staging)
         app = app_resources_dir()
-        checks += [f"app resources ({app.name}/): " + check_packages(data, app)[0]]
+        checks += [f"app resources ({app.name}/): " + check_packages(data, app)[0] if app else f"app resources: {NO_APP_FOLDER}"]
         return checks
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:

@@ -1,6 +1,6 @@
 """What the apps' tokenizer tests compare with: queries and Python's ids for them (issue 38).
 
-The queries: tests/data/tokenizer_corpus.txt ("label<TAB>query" per line: every major script,
+The queries: targets/shared/tokenizer_corpus.txt ("label<TAB>query" per line: every major script,
 combining marks, emoji sequences, control and zero-width characters, punctuation runs, lines past
 the maximum length, whitespace-only lines) and lines drawn at random from a seed (random_lines).
 The ids: Python's `tokenizers` crate on the same tokenizer.json, with the Python encoder's special
@@ -16,8 +16,8 @@ import random
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-CORPUS = REPO / "tests" / "data" / "tokenizer_corpus.txt"
+from targets.shared.sources import CORPUS
+
 SEED = 38
 WORDPIECE_MAX_LENGTH = 256  # pipeline.relevance.text_encoder.MAX_TOKENS, all-MiniLM-L6-v2's max_seq_length
 # where random characters come from: every script block the corpus covers, ASCII, and anything

@@ -13,12 +13,11 @@ from pipeline.errors import MissingExtraError
 from pipeline.relevance.signature import OUTPUT_NAMES
 from pipeline.stages.golden import bundle_samples, write_array_bundle
 from pipeline.stages.target import BuildContext
-from targets.shared import onnx_common
+from targets.shared import onnx_common, sources
 from targets.web.text_checks import python_qwen_embed, python_token_ids
 
-REPO = Path(__file__).resolve().parents[2]
 # web/ in a checkout; in an installed package the wheel's copy (setup.py), where `npm ci` installs node_modules
-SOURCES = REPO / "web" if (REPO / "web" / "index.html").is_file() else Path(__file__).resolve().parents[1] / "bundled" / "web"
+SOURCES = sources.WEB
 PAGE_FILES = ("index.html", "app.js", "style.css")
 ORT_FILES = ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
 TOKENIZERS_FILES = ("tokenizers.min.mjs",)
@@ -43,7 +42,7 @@ def npm_dist(package: str) -> Path:
     dist = SOURCES / "node_modules" / package / "dist"
     if not all((dist / f).is_file() for f in VENDORED[package][0]):
         raise MissingExtraError(f"{package} is not installed in {SOURCES / 'node_modules'}",
-                                "run scripts/setup.sh (it runs `npm ci` in web/)" if SOURCES.parent == REPO
+                                "run scripts/setup.sh (it runs `npm ci` in web/)" if sources.CHECKOUT
                                 else f"run `npm ci --prefix {SOURCES}` (the versions its package-lock.json pins)")
     return dist
 
