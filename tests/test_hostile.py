@@ -231,3 +231,37 @@ def test_truncated_photo_says_truncated_not_use_a_png(tmp_path):
     text.write_text("not a photo")
     with pytest.raises(InputError, match="not an image file"):
         load_photo(text)
+
+
+def test_a_kept_release_is_read_by_load_predict_and_serve_and_bench_refuses_it(onnx_out, tmp_path):
+    """Issue 43 finding 7: `mv OUT OUT-v1` keeps a release; reading it (pipeline.load, predict,
+    serve) works where it lives, pinned to its generation; bench, which writes bench.json into the
+    folder, refuses it with one line like build, merge and clean (docs/guarantees.md)."""
+    import shutil
+
+    from conftest import run_cli
+    from pipeline import load
+    from pipeline.publishing.folder_state import state_dir
+
+    out = tmp_path / "out"
+    shutil.copytree(state_dir(onnx_out), state_dir(out), symlinks=True)
+    os.symlink(os.readlink(onnx_out).replace(state_dir(onnx_out).name, state_dir(out).name, 1), out)
+    release = out.rename(tmp_path / "out-v1")
+    rng = np.random.default_rng(3)
+    photo = rng.integers(0, 256, (80, 96, 3), dtype=np.uint8)
+    query = rng.standard_normal(384).astype(np.float32)
+    with load(onnx_out, "onnx") as model:
+        want = model.predict(photo, query).relevance
+    with load(release, "onnx") as model:
+        assert np.array_equal(model.predict(photo, query).relevance, want)
+    np.save(tmp_path / "q.npy", query)
+    from PIL import Image
+
+    Image.fromarray(photo).save(tmp_path / "p.png")
+    proc = run_cli("predict", "--out", str(release), "--image", str(tmp_path / "p.png"),
+                   "--query-embedding", str(tmp_path / "q.npy"), "--runtime", "onnx")
+    assert proc.returncode == 0, proc.stderr
+    had = (release / "bench.json").read_bytes() if (release / "bench.json").exists() else None
+    bench = run_cli("bench", "--out", str(release), "--runs", "1", "--photos", "0")
+    assert bench.returncode == 2 and "kept release" in bench.stderr and len(bench.stderr.strip().splitlines()) == 1, bench.stderr
+    assert ((release / "bench.json").read_bytes() if (release / "bench.json").exists() else None) == had

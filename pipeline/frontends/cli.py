@@ -325,7 +325,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
         pr.check_query_text(text)
     photos, several = batch.photo_inputs(images)
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
-    root = opts.in_folder(out, DEFAULT_OUT)
+    root = opts.release_folder(out, DEFAULT_OUT)  # only read: a kept release too
     if several or len(queries) > 1:
         return _predict_many(images, photos, queries, embedding, root, runtime, json_path, heatmap, verbose)
     photo = photos[0]
@@ -382,7 +382,7 @@ def serve(out: str | None, port, verbose: bool = False) -> int:
 
     def run():
         number = opts.port(port)
-        serve_forever(opts.in_folder(out, DEFAULT_OUT) / "web", number, tracebacks=verbose)
+        serve_forever(opts.release_folder(out, DEFAULT_OUT) / "web", number, tracebacks=verbose)
 
     return guarded(run, verbose, "serve")
 

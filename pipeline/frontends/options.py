@@ -75,13 +75,13 @@ def out_folder(value: str | None, default: Path, name: str = "out") -> Path:
 
 
 def in_folder(value: str | None, default: Path, name: str = "out") -> Path:
-    """A folder to read (verify, bench, serve), resolved once like out_folder."""
+    """A folder bench reads and writes bench.json into, resolved once like out_folder."""
     return out_folder(value, default, name)
 
 
 def release_folder(value: str | None, default: Path, name: str = "out") -> Path:
-    """A folder verify reads: like in_folder, and a kept release (a renamed or copied output
-    folder's link to its generation) is read where it lives."""
+    """A folder that is only read (verify, predict, serve): like in_folder, and a kept release (a
+    renamed or copied output folder's link to its generation) is read where it lives."""
     from pipeline.publishing.folder_state import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value), release_ok=True)

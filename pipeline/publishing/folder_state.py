@@ -139,10 +139,14 @@ def current_generation(out: Path) -> Path | None:
 def pinned(folder: Path) -> Path:
     """The one folder a reader should read `folder`'s publish from: the generation its link names
     now (which later publishes never change), an older-layout folder's current generation, or the
-    folder itself (a plain copy, a CI part)."""
+    folder itself (a plain copy, a CI part). A kept release reads its generation's own folder, not
+    through the link (which its owner may point elsewhere between two reads)."""
     gen = current_generation(folder)
     if gen is not None:
         return gen
+    release = kept_release(folder) if folder.is_symlink() else None
+    if release is not None:
+        return state_dir(release[0]) / GENERATIONS / release[1]
     old = _old_layout_generation(folder)
     return old if old is not None else folder
 
