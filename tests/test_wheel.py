@@ -108,12 +108,15 @@ def test_the_installed_command_has_help_and_exit_codes(venv, tmp_path):
     assert build.returncode != 0 and "pip install 'arrcoc-edge[build" in build.stderr, build.stderr
 
 
-def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(venv, tmp_path):
+def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(venv, tmp_path, android_build,
+                                                                               ios_build):
     """`arrcoc-edge build --target android,ios` from the installed package (the build extras from this
     checkout's .venv, appended to the venv's path): the app sources come from the package's bundled
     copy, the bundles are published under --out and nothing is written into site-packages (there is
     no sample app of the user's there). Android's compile gate needs a checkout's tools/ and says so;
-    iOS's runs from the bundled sources where this host has Swift. ~4 min: a real android+ios build."""
+    iOS's runs from the bundled sources where this host has Swift. Each contract.json is byte for
+    byte the checkout's build of the same checkpoint (issue 43 finding 7: two builds of one checkpoint
+    write one contract). ~4 min: a real android+ios build."""
     site = next((venv / "lib").glob("python3.*/site-packages"))
     checkout_site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
     (site / "zz-build-extras.pth").write_text(f"{checkout_site}\n")  # after the venv's own packages
@@ -127,9 +130,10 @@ def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     after = sorted(str(p.relative_to(site)) for p in site.rglob("*") if "__pycache__" not in p.parts)
     assert after == before, f"written into site-packages: {sorted(set(after) - set(before))[:5]}"
-    for app in ("android", "ios"):
+    for app, checkout in (("android", android_build), ("ios", ios_build)):
         contract = json.loads((out / app / "contract.json").read_text())
         assert contract["artifacts"] and (out / app / contract["golden"]["json"]).is_file()
+        assert (out / app / "contract.json").read_bytes() == (checkout.out / app / "contract.json").read_bytes(), app
         assert f"[{app}] note: not copied into an app" in proc.stdout + proc.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     android = manifest["targets"]["android"]["variants"]["app-assets"]["info"]["app_build"]

@@ -93,7 +93,8 @@ def artifact_entry(report) -> dict:
 def check_bundle(data: dict, folder: Path) -> list[str]:
     """contract.json vs the files in `folder`: every .pte by name, bytes and sha256, the golden
     bundle and the sample photo."""
-    checks = mobile_contract.check_files(data, folder) + mobile_contract.check_typed_text_files(data, folder)
+    checks = (mobile_contract.check_files(data, folder) + mobile_contract.check_typed_text_files(data, folder)
+              + mobile_contract.check_bundle_files(data, folder))
     sample = data["app"]["sample_image"]
     if not (Path(folder) / sample).is_file():
         raise ExportError(f"contract.json names the sample photo {sample}, which is missing",
@@ -143,6 +144,7 @@ class AndroidTarget(Target):
             "runtime_maven": f"{ANDROID_RUNTIME}:{executorch_version()}",
             "executorch_stage": {"status": upstream.status, "reason": upstream.reason},
         }
+        data["files"] = mobile_contract.bundle_files(ctx.staging)  # every file, so the app finds a mixed bundle
         path = mobile_contract.write_contract(ctx.staging / mobile_contract.CONTRACT_FILE, data)
         app_build, app_build_detail = android_app.app_build(ctx.staging, data, lambda: self._pte_runners(ctx, data),
                                                             ctx.log)

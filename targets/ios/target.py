@@ -91,7 +91,8 @@ def check_packages(data: dict, folder: Path) -> list[str]:
         raise ExportError(f"contract.json does not match the files: {'; '.join(problems)}",
                           "rebuild with `invoke build --target ios`")
     return [f"contract.json matches {len(data['artifacts'])} .mlpackage(s) by name, bytes and tree sha256, "
-            "plus the golden bundle and sample photo"] + mobile_contract.check_typed_text_files(data, folder)
+            "plus the golden bundle and sample photo"] + mobile_contract.check_typed_text_files(data, folder) \
+        + mobile_contract.check_bundle_files(data, folder)
 
 
 class IosTarget(Target):
@@ -137,6 +138,8 @@ class IosTarget(Target):
         path = mobile_contract.write_contract(ctx.staging / mobile_contract.CONTRACT_FILE, data)
         runner = package_runner(ctx.staging / artifacts[default]["file"])
         ios_app.write_core_checks(ctx.staging, data, runner.run, f"{default} package, {runner.runtime}")
+        data["files"] = mobile_contract.bundle_files(ctx.staging)  # every file, so the app finds a mixed bundle
+        mobile_contract.write_contract(path, data)
         files = sorted(p for p in ctx.staging.rglob("*") if p.is_file())
         files.sort(key=lambda p: p != path)  # contract.json first: it names everything else
         measured = {k: v for k, v in chosen.metrics.items() if k != "size_bytes"}

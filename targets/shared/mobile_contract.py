@@ -224,6 +224,36 @@ def check_files(data: dict, folder: Path) -> list[str]:
     return [f"contract.json matches {len(checked)} artifact file(s) by name, bytes and sha256"]
 
 
+def bundle_files(folder: Path) -> dict[str, dict]:
+    """contract.json's `files`: every file of the bundle staged in `folder` but contract.json itself,
+    by relative path (an .mlpackage's files one by one), with bytes and sha256. The apps check a
+    file against it before they trust it, so a bundle mixed from two builds (a copy killed half
+    way: some files new, some old) is found rather than run."""
+    files = {}
+    for path in sorted(Path(folder).rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel != CONTRACT_FILE:
+            files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return files
+
+
+def check_bundle_files(data: dict, folder: Path) -> list[str]:
+    """Every file contract.json's `files` names is in `folder` with those bytes and sha256."""
+    named = data.get("files") or {}
+    problems = []
+    for rel, entry in sorted(named.items()):
+        path = Path(folder) / rel
+        if not path.is_file():
+            problems.append(f"{rel} missing")
+        elif path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+            problems.append(f"{rel} differs from the contract (bytes/sha256)")
+    if problems:
+        raise ExportError(f"contract.json does not match the files (a bundle mixed from two builds?): "
+                          f"{'; '.join(problems[:5])}" + (f" and {len(problems) - 5} more" if len(problems) > 5 else ""),
+                          "rebuild the target so the whole bundle is copied again")
+    return [f"contract.json's files: all {len(named)} bundle files match by bytes and sha256"]
+
+
 def check_typed_text_files(data: dict, folder: Path) -> list[str]:
     """The tokenizer and encoder typed_text names (files, or an .mlpackage folder) are in `folder` with
     the recorded bytes and sha256."""

@@ -105,6 +105,8 @@ struct Contract: Decodable {
     /// Typed queries: the tokenizer and encoder the build shipped, or why there are none (TypedText.swift).
     let typed_text: TypedText
     let app: AppInfo
+    /// Every file of the bundle but contract.json, by path in Resources/ (BundleCheck.swift).
+    let files: [String: BundleFile]
 
     /// The folder reference that `invoke build --target ios` fills (see project.yml).
     static let resourcesFolder = "Resources"

@@ -25,14 +25,15 @@ struct GoldenBundle {
     let index: GoldenIndex
     let data: Data
 
+    /// The golden files the contract names, each checked against its `files` (BundleCheck.swift).
     init(contract: Contract, bundle: Bundle = .main) throws {
-        try self.init(json: Data(contentsOf: contract.resourceURL(contract.golden.json, bundle: bundle)),
-                      bin: Data(contentsOf: contract.resourceURL(contract.golden.bin, bundle: bundle)))
+        try self.init(json: contract.checkedData(contract.golden.json, bundle: bundle),
+                      bin: contract.checkedData(contract.golden.bin, bundle: bundle))
     }
 
-    init(contract: Contract, folder: URL) throws {
-        try self.init(json: Data(contentsOf: contract.resourceURL(contract.golden.json, folder: folder)),
-                      bin: Data(contentsOf: contract.resourceURL(contract.golden.bin, folder: folder)))
+    init(contract: Contract, folder: URL, sha256: SHA256Hasher? = BundleCheck.platformSHA256) throws {
+        try self.init(json: contract.checkedData(contract.golden.json, folder: folder, sha256: sha256),
+                      bin: contract.checkedData(contract.golden.bin, folder: folder, sha256: sha256))
     }
 
     /// Any file in the bundle format (index JSON with `samples`, raw little-endian arrays).

@@ -41,8 +41,9 @@ final class DemoState: ObservableObject {
     }
 
     func loadSample() {
-        guard let contract, let url = try? contract.resourceURL(contract.app.sample_image) else { return }
-        photo = UIImage(contentsOfFile: url.path)
+        // the sample photo's bytes checked against contract.json's files, then decoded from them
+        guard let contract, let data = try? contract.checkedData(contract.app.sample_image) else { return }
+        photo = UIImage(data: data)
         run()
     }
 

@@ -30,6 +30,35 @@ final class ContractTests: XCTestCase {
         XCTAssertNoThrow(try contract.resourceURL(contract.app.sample_image, folder: Fixtures.resources))
     }
 
+    func testEveryBundleFileIsTheOneContractJsonNames() throws {
+        let contract = try Fixtures.contract()
+        for name in [contract.golden.json, contract.golden.bin, contract.app.sample_image] {
+            XCTAssertNotNil(contract.files[name], "contract.json's files do not name \(name)")
+        }
+        // the build's test copy of Resources/ leaves the .mlpackage folders out (CoreML does not run here)
+        let here = contract.files.keys.sorted().filter { !($0.split(separator: "/").first ?? "").hasSuffix(".mlpackage") }
+        XCTAssertFalse(here.isEmpty)
+        for name in here {
+            XCTAssertNoThrow(try contract.checkedData(name, folder: Fixtures.resources, sha256: Fixtures.sha256), name)
+        }
+    }
+
+    func testABundleMixedFromTwoBuildsIsRefused() throws {
+        // a copy into Resources/ killed half way leaves files of another build: their bytes differ
+        let contract = try Fixtures.contract()
+        let name = contract.golden.json
+        let bytes = try Data(contentsOf: contract.resourceURL(name, folder: Fixtures.resources))
+        var changed = bytes
+        changed[changed.startIndex] = changed[changed.startIndex] &+ 1
+        for other in [changed, bytes + Data([32])] {
+            XCTAssertThrowsError(try contract.checkBundleFile(name, data: other, sha256: Fixtures.sha256)) { error in
+                XCTAssertTrue(error.localizedDescription.contains(name), error.localizedDescription)
+            }
+        }
+        XCTAssertThrowsError(try contract.checkBundleFile("not-in-the-bundle.bin", data: bytes, sha256: Fixtures.sha256))
+        XCTAssertNoThrow(try contract.checkBundleFile(name, data: bytes, sha256: Fixtures.sha256))
+    }
+
     func testGoldenBundleReadsEverySampleAtItsOwnSize() throws {
         let contract = try Fixtures.contract()
         let golden = try Fixtures.golden(contract)

@@ -19,7 +19,29 @@ enum Fixtures {
 
     static func contract() throws -> Contract { try Contract.load(folder: resources) }
 
-    static func golden(_ contract: Contract) throws -> GoldenBundle { try GoldenBundle(contract: contract, folder: resources) }
+    static func golden(_ contract: Contract) throws -> GoldenBundle {
+        try GoldenBundle(contract: contract, folder: resources, sha256: sha256)
+    }
+
+    /// The platform's SHA-256 where it has one, else coreutils' sha256sum (Linux: no CryptoKit).
+    static let sha256: SHA256Hasher = BundleCheck.platformSHA256 ?? { data in
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("arrcoc-sha256-\(UUID().uuidString)")
+        try data.write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        process.arguments = [file.path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let out = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0, let line = String(data: out, encoding: .utf8),
+              let hex = line.split(separator: " ").first else {
+            throw AppError.badContract("sha256sum failed on \(file.path)")
+        }
+        return String(hex)
+    }
 
     /// core_checks.json (index + the build's numbers) and the bytes of core_checks.bin.
     static func checks(_ contract: Contract) throws -> (CoreChecks, Data) {

@@ -43,8 +43,8 @@ final class GoldenParityTests: XCTestCase {
         let i = try golden.sampleIndex(named: contract.app.sample_golden)
         let entry = try XCTUnwrap(contract.artifacts[contract.app.default_artifact])
         let (expected, height, width) = try golden.photo(i, entry.imageInput.name)
-        let url = try contract.resourceURL(contract.app.sample_image)
-        let image = try XCTUnwrap(UIImage(contentsOfFile: url.path), "cannot read \(contract.app.sample_image)")
+        let image = try XCTUnwrap(UIImage(data: contract.checkedData(contract.app.sample_image)),
+                                  "cannot read \(contract.app.sample_image)")
         let (got, h, w) = try RelevanceModel.uprightRGB(image)
         XCTAssertEqual([h, w], [height, width])
         XCTAssertTrue(got == expected, "decoded bytes differ from the golden photo")

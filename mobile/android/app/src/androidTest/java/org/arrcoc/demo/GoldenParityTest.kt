@@ -42,7 +42,7 @@ class GoldenParityTest {
         assertTrue("golden bundle has no sample ${contract.app.sampleGolden}", sample >= 0)
         val image = contract.artifacts.getValue(contract.app.defaultArtifact).imageInput.name
         val expected = golden.photo(sample, image)
-        val got = Preprocess.decodePhoto({ contract.openAsset(context, contract.app.sampleImage) }, contract.preprocessing)
+        val got = Preprocess.decodePhoto({ contract.checkedAsset(context, contract.app.sampleImage).inputStream() }, contract.preprocessing)
         assertEquals(expected.height, got.height)
         assertEquals(expected.width, got.width)
         assertTrue("decoded bytes differ from the golden photo", expected.rgb == got.rgb)

@@ -21,10 +21,14 @@ fun Contract.Companion.load(context: Context): Contract {
 /** A file the contract names, from the APK's assets. */
 fun Contract.openAsset(context: Context, name: String): InputStream = context.assets.open(name)
 
-/** The golden bundle the contract names, from the APK's assets. */
+/** A (small) asset the contract names, its bytes checked against contract.json's `files`. */
+fun Contract.checkedAsset(context: Context, name: String): ByteArray =
+    checkBundleFile(name, openAsset(context, name).use { it.readBytes() })
+
+/** The golden bundle the contract names, from the APK's assets, each file checked. */
 fun Contract.goldenBundle(context: Context): GoldenBundle = GoldenBundle(
-    openAsset(context, golden.json).bufferedReader().use { it.readText() },
-    openAsset(context, golden.bin).use { it.readBytes() },
+    checkedAsset(context, golden.json).toString(Charsets.UTF_8),
+    checkedAsset(context, golden.bin),
 )
 
 /**

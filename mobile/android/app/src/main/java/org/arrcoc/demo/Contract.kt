@@ -105,6 +105,9 @@ data class EncoderSpec(
 )
 
 /** contract.json's typed_text: what a typed query runs through, or why the app takes presets only. */
+/** One file of the bundle as contract.json's `files` names it: its size and content. */
+data class BundleFile(val bytes: Long, val sha256: String)
+
 data class TypedText(val supported: Boolean, val why: String?, val tokenizer: TokenizerSpec?, val encoder: EncoderSpec?)
 
 class Contract(
@@ -116,6 +119,8 @@ class Contract(
     val presets: Presets,
     val app: AppInfo,
     val typedText: TypedText,
+    /** Every file of the bundle but contract.json, by asset name: what checkBundleFile holds a file to. */
+    val files: Map<String, BundleFile>,
 ) {
     companion object {
         /** The one asset name the app knows; everything else comes from inside it. */
@@ -164,12 +169,19 @@ class Contract(
                 presets,
                 AppInfo(a.getString("default_artifact"), a.getString("sample_image"), a.getString("sample_golden")),
                 typedText(o.getJSONObject("typed_text"), model.queryDim),
+                bundleFiles(o.getJSONObject("files")),
             )
             if (contract.app.defaultArtifact !in artifacts) {
                 throw ContractException("default_artifact ${contract.app.defaultArtifact} is not among the artifacts")
             }
             return contract
         }
+
+        private fun bundleFiles(o: JSONObject): Map<String, BundleFile> =
+            o.keys().asSequence().sorted().associateWith { name ->
+                val f = o.getJSONObject(name)
+                BundleFile(f.getLong("bytes"), f.getString("sha256"))
+            }
 
         private fun artifact(key: String, e: JSONObject): ArtifactEntry {
             val gate = e.getJSONObject("gate")
@@ -254,6 +266,16 @@ fun sha256Hex(input: InputStream): String {
 /** The artifact a file holds is the one the contract names only if its size and sha256 agree. */
 fun checkArtifactBytes(entry: ArtifactEntry, length: Long, sha256: String) =
     checkFileBytes(entry.file, entry.bytes, entry.sha256, length, sha256)
+
+/**
+ * A bundle file's bytes, taken only when they are the ones contract.json's `files` records: a bundle
+ * mixed from two builds (an asset copy killed half way) is refused, not run. Returns [bytes].
+ */
+fun Contract.checkBundleFile(name: String, bytes: ByteArray): ByteArray {
+    val entry = files[name] ?: throw ContractException("contract.json does not name $name: rebuild the app's assets")
+    checkFileBytes(name, entry.bytes, entry.sha256, bytes.size.toLong(), sha256Hex(bytes.inputStream()))
+    return bytes
+}
 
 /** Any file the contract names (a .pte, tokenizer.json) by its recorded bytes and sha256. */
 fun checkFileBytes(file: String, bytes: Long, sha: String, length: Long, sha256: String) {

@@ -118,12 +118,14 @@ class MainActivity : ComponentActivity() {
             }
         }
 
-        sampleButton.setOnClickListener { loadPhoto { c.openAsset(this, c.app.sampleImage) } }
+        // the sample photo checked once against contract.json's files, then decoded from those bytes
+        val sample = { c.checkedAsset(this, c.app.sampleImage).inputStream() }
+        sampleButton.setOnClickListener { loadPhoto(sample) }
         photoButton.setOnClickListener {
             pickPhoto.launch(PickVisualMediaRequest(ActivityResultContracts.PickVisualMedia.ImageOnly))
         }
         checkButton.setOnClickListener { selfCheck(c) }
-        loadPhoto { c.openAsset(this, c.app.sampleImage) }
+        loadPhoto(sample)
     }
 
     override fun onDestroy() {

@@ -40,6 +40,41 @@ class ContractTest {
     }
 
     @Test
+    fun everyBundleFileIsTheOneContractJsonNames() {
+        for (name in listOf(contract.golden.json, contract.golden.bin, contract.app.sampleImage)) {
+            assertTrue("contract.json's files do not name $name", name in contract.files)
+        }
+        for ((name, entry) in contract.files) {  // streamed: the typed-text encoder is tens of MB
+            val file = File(Fixtures.assets, name)
+            checkFileBytes(name, entry.bytes, entry.sha256, file.length(), file.inputStream().use { sha256Hex(it) })
+        }
+        val golden = File(Fixtures.assets, contract.golden.json).readBytes()
+        assertArrayEquals(golden, contract.checkBundleFile(contract.golden.json, golden))
+    }
+
+    @Test
+    fun aBundleMixedFromTwoBuildsIsRefused() {
+        // an asset copy killed half way leaves some files of another build: their bytes differ
+        val name = contract.golden.json
+        val bytes = File(Fixtures.assets, name).readBytes()
+        val changed = bytes.copyOf().also { it[0] = (it[0] + 1).toByte() }
+        for (other in listOf(changed, bytes + byteArrayOf(32))) {
+            try {
+                contract.checkBundleFile(name, other)
+                fail("accepted a $name of ${other.size} bytes that is not the build's")
+            } catch (e: ContractException) {
+                assertTrue(e.message!!, e.message!!.contains(name))
+            }
+        }
+        try {
+            contract.checkBundleFile("not-in-the-bundle.bin", bytes)
+            fail("accepted a file contract.json does not name")
+        } catch (e: ContractException) {
+            assertTrue(e.message!!, e.message!!.contains("does not name"))
+        }
+    }
+
+    @Test
     fun aFileThatDiffersFromTheContractIsRefused() {
         val entry = contract.artifacts.getValue(contract.app.defaultArtifact)
         val other = "0".repeat(64)
