@@ -49,6 +49,38 @@ def test_overlapping_silencers_on_two_threads_restore_fds():
     """, timeout=60)
 
 
+@pytest.mark.parametrize("order", ["quiet first, leaves first", "log first, leaves first"])
+def test_a_build_log_and_a_quiet_predict_on_two_threads_restore_fds(tmp_path, order):
+    """Issue 43: the build's whole-run log (console.build_console) and predict's silencer used to save
+    and restore fds 1 and 2 each on its own: quiet in, log in, quiet out, log out left the process
+    writing to /dev/null for good. Both orders, forced by events; while the log is open what fd 2
+    gets lands in it, and afterwards fds 1 and 2 reach the terminal again."""
+    _child("""
+        import os, sys, threading
+        from pathlib import Path
+        from pipeline.frontends.console import build_console
+        from pipeline.frontends.predict import third_party_quiet
+        out, log_first = Path(sys.argv[1]), sys.argv[2] == "log first, leaves first"
+        first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+        def quiet():
+            with third_party_quiet(False):
+                (second_in if log_first else first_in).set()
+                (first_out if log_first else second_in).wait(10)
+            (first_out.set() if not log_first else None)
+        def build():
+            with build_console(out, verbose=False, show=False):
+                (first_in if log_first else second_in).set()
+                os.write(2, b"written-while-the-log-is-open\\n")
+                (second_in if log_first else first_out).wait(10)
+            (first_out.set() if log_first else None)
+        a, b = (build, quiet) if log_first else (quiet, build)
+        ta = threading.Thread(target=a); ta.start(); first_in.wait(10)
+        tb = threading.Thread(target=b); tb.start()
+        ta.join(); tb.join()
+        assert "written-while-the-log-is-open" in (out / "build.log").read_text()
+    """, str(tmp_path), order, timeout=60)
+
+
 @pytest.fixture(scope="module")
 def onnx_out(onnx_build) -> Path:
     """The session's shared `--target onnx` publish (read only: tests that change it copy it)."""

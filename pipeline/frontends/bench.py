@@ -405,15 +405,14 @@ class third_party_output_to:
         import sys
         import warnings
 
-        sys.stdout.flush()
-        sys.stderr.flush()
+        from pipeline.frontends.redirect import fds_to
+
         self._file = open(self.path, "a", buffering=1)
         self._file.write(f"--- invoke bench {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
-        self._saved = os.dup(1), os.dup(2)
         self._streams = sys.stdout, sys.stderr
-        os.dup2(self._file.fileno(), 1)
-        os.dup2(self._file.fileno(), 2)
-        sys.stdout = os.fdopen(os.dup(self._saved[0]), "w", buffering=1)
+        # fds 1 and 2 to the log, shared with other threads' users (pipeline/frontends/redirect.py)
+        self._fds = fds_to(self._file.fileno(), terminal=True)
+        sys.stdout = os.fdopen(self._fds.__enter__(), "w", buffering=1)
         sys.stderr = self._file
         self._warnings = warnings.catch_warnings()
         self._warnings.__enter__()
@@ -423,7 +422,6 @@ class third_party_output_to:
 
     def __exit__(self, *exc):
         import logging
-        import os
         import sys
 
         logging.captureWarnings(False)
@@ -433,10 +431,7 @@ class third_party_output_to:
         terminal = sys.stdout
         sys.stdout, sys.stderr = self._streams
         terminal.close()
-        os.dup2(self._saved[0], 1)
-        os.dup2(self._saved[1], 2)
-        for fd in self._saved:
-            os.close(fd)
+        self._fds.__exit__(*exc)
         self._file.close()
         return False
 

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline.frontends.redirect import fds_to
+
 LOG_NAME = "build.log"
 _MAX_LOG_BYTES = 20 * 1024 * 1024  # start afresh past this: a log of every build ever is noise too
 
@@ -93,23 +95,15 @@ def build_console(out_dir: Path, verbose: bool, show: bool = True):
             console.close()
         return
     live = show and os.isatty(1) and os.environ.get("TERM") != "dumb"
-    saved = os.dup(1), os.dup(2)
-    terminal = os.fdopen(os.dup(saved[0]), "w", buffering=1) if show else open(os.devnull, "w")
-    console = Console(terminal, live=live)
-    try:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        yield console
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-        console.close()
-        terminal.close()
-        log.close()
+    # fds 1 and 2 to the log, shared with other threads' users through pipeline/frontends/redirect.py
+    with log, fds_to(log.fileno(), terminal=show) as term_fd:
+        terminal = os.fdopen(term_fd, "w", buffering=1) if show else open(os.devnull, "w")
+        console = Console(terminal, live=live)
+        try:
+            yield console
+        finally:
+            console.close()
+            terminal.close()
 
 
 def _open_log(out_dir: Path):

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from pipeline.errors import InputError, install_fix
+from pipeline.frontends.redirect import fds_to
 from pipeline.publishing.reading import check_variant_files
 from pipeline.relevance.signature import WAYS_OF_KNOWING
 from pipeline.stages.target import Target
@@ -296,44 +296,8 @@ def third_party_quiet(verbose: bool):
     if verbose:
         yield
         return
-    _quiet_enter()
-    try:
+    with fds_to(None):  # pipeline/frontends/redirect.py: one lock and a count for every user of fds 1, 2
         yield
-    finally:
-        _quiet_exit()
-
-
-_QUIET_LOCK = threading.Lock()
-_quiet = {"users": 0, "saved": ()}  # users inside third_party_quiet; fds 1 and 2 as they were before the first
-
-
-def _quiet_enter() -> None:
-    with _QUIET_LOCK:
-        if _quiet["users"] == 0:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            saved = os.dup(1), os.dup(2)
-            null = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(null, 1)
-                os.dup2(null, 2)
-            finally:
-                os.close(null)
-            _quiet["saved"] = saved
-        _quiet["users"] += 1
-
-
-def _quiet_exit() -> None:
-    with _QUIET_LOCK:
-        _quiet["users"] -= 1
-        if _quiet["users"] == 0:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            saved, _quiet["saved"] = _quiet["saved"], ()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
 
 
 def describe(p: Prediction) -> str:

@@ -1,0 +1,77 @@
+"""Where the process's file descriptors 1 and 2 point, decided in one place.
+
+Runtimes and compilers write to fds 1 and 2 themselves (XNNPACK's `[cpuinfo_utils.cpp:..]` from C++,
+torch's warnings), so the command line sends them elsewhere: the build and bench to their log
+files for the whole run (console.py, bench.py), predict to /dev/null while a runtime loads and runs
+(predict.third_party_quiet). fds belong to the process, not to the thread: two users that each
+save, redirect and restore on their own interleave badly (A saves the terminal, B saves A's
+/dev/null, A restores, B "restores" /dev/null: every later message is lost). Here one lock and a
+count decide: the first user in saves the terminal's fds, a log wins over /dev/null while it is
+open, and the last user out restores the terminal.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+_LOCK = threading.Lock()
+_state: dict = {"users": 0, "saved": (), "logs": []}  # saved: fds 1, 2 before the first user
+
+
+@contextlib.contextmanager
+def fds_to(log_fd: int | None, terminal: bool = False):
+    """fds 1 and 2 go to `log_fd` (a log file's descriptor) or, for None, /dev/null (unless a log
+    is open: then the log takes them) while inside. terminal=True yields a new descriptor of the
+    terminal's fd 1 (the caller closes it) for the caller's own lines; else None."""
+    term = _enter(log_fd, terminal)
+    try:
+        yield term
+    finally:
+        _exit(log_fd)
+
+
+def _enter(log_fd: int | None, terminal: bool) -> int | None:
+    with _LOCK:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if _state["users"] == 0:
+            _state["saved"] = os.dup(1), os.dup(2)
+        if log_fd is not None:
+            _state["logs"].append(log_fd)
+            _point(log_fd)
+        elif _state["users"] == 0:
+            _point(None)
+        _state["users"] += 1
+        return os.dup(_state["saved"][0]) if terminal else None
+
+
+def _exit(log_fd: int | None) -> None:
+    with _LOCK:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _state["users"] -= 1
+        if log_fd is not None:
+            _state["logs"].remove(log_fd)
+        if _state["users"] == 0:
+            saved, _state["saved"] = _state["saved"], ()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        elif log_fd is not None:  # this log closes: another open log, else /dev/null, takes fds 1 and 2
+            _point(_state["logs"][-1] if _state["logs"] else None)
+
+
+def _point(fd: int | None) -> None:
+    if fd is not None:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+    finally:
+        os.close(null)
