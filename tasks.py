@@ -35,7 +35,15 @@ from pipeline.frontends.commands import (  # noqa: E402,F401 - the tasks Invoke 
 )
 
 
-@task
-def test(c):
-    """Run the test suite (same as scripts/test.sh, without the set-up step)."""
-    c.run(f"{sys.executable} -m pytest -q tests", pty=False)
+@task(help={"fast": "the fast tier only: unit and property tests, no end-to-end build, browser or compiler",
+            "args": "more pytest arguments, e.g. 'tests/test_model.py -k topk'"})
+def test(c, fast=False, args=""):
+    """Run the tests as scripts/test.sh does, without its set-up step.
+
+    Both tiers unless --fast; two workers; ends with the 15 slowest tests and the wall time."""
+    import shlex
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "test.sh"
+    c.run(shlex.join(["bash", str(script), *(["--fast"] if fast else []), *shlex.split(args)]),
+          env={"ARRCOC_SKIP_SETUP": "1"}, pty=False)
