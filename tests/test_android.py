@@ -21,6 +21,7 @@ import pytest
 from conftest import run_cli
 from mobile_build import ANDROID, bundle_in_app, seed_user_files, source_function, user_files_left
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+from targets.shared import sources
 
 pytest.importorskip("executorch")
 pytestmark = [pytest.mark.slow, pytest.mark.compiler]
@@ -319,7 +320,7 @@ def test_every_kotlin_file_compiles_and_the_jvm_tests_pass(app_build):
     assert set(record) == {"status", "reason", "compiler", "compiled_against", "files_compiled", "tests", "seconds",
                            "not_verified"}
     assert record["compiler"].startswith("kotlinc-jvm 2.0.21 (JRE 17")
-    every_kt = {p.relative_to(android_app.REPO).as_posix() for p in ANDROID.rglob("*.kt")}
+    every_kt = {sources.shown(p) for p in ANDROID.rglob("*.kt")}
     assert set(record["files_compiled"]) == every_kt
     assert any("/androidTest/" in f for f in every_kt) and any("/src/test/" in f for f in every_kt)
     tests = record["tests"]
