@@ -280,3 +280,34 @@ def test_the_commands_help_shows_the_commands_and_only_the_options_they_use():
     for shell_option in ("--pty", "--hide", "--echo", "--dry", "--warn-only", "--command-timeout", "--write-pyc",
                          "sudo", "--config"):
         assert shell_option not in proc.stdout, shell_option
+
+
+def test_a_ctrl_c_during_a_module_import_waits_for_the_import_then_is_exit_130(tmp_path):
+    """A KeyboardInterrupt raised inside an import that a C++ extension drives (pybind11: torch,
+    executorch) aborts the process ("terminate called after throwing ... error_already_set", exit -6:
+    seen in a full test run on a Ctrl-C one second into a build). The handler records it, lets the
+    import finish and raises right after: a slow pure-Python module shows the order without C++."""
+    import signal
+    import sys
+    import textwrap
+    import time
+
+    (tmp_path / "slowmod.py").write_text("import time\nfor _ in range(20):\n    time.sleep(0.05)\n"
+                                         "open(__file__ + '.done', 'w').close()\n")
+    child = textwrap.dedent(f"""
+        import sys, time
+        sys.path[:0] = [{str(tmp_path)!r}, {str(REPO)!r}]
+        from pipeline.frontends import cli
+        def task():
+            import slowmod  # noqa: F401
+            time.sleep(30)
+        print("ready", flush=True)
+        sys.exit(cli.guarded(task, False, "build"))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.4)  # inside the 1 s import
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.startswith("interrupted: build stopped (SIGINT)"), (proc.returncode, err)
+    assert (tmp_path / "slowmod.py.done").exists(), "the import was cut in the middle"

@@ -8,6 +8,7 @@ import fcntl
 import os
 import shutil
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -86,11 +87,35 @@ def signals_deferred():
 _interrupts: list[str] = []
 
 
+RETRY_SECONDS = 0.05  # how soon an interrupt that landed inside an import is raised again
+
+
 def record_interrupt(signum, frame) -> None:
-    """Signal handler for SIGINT/SIGTERM: note the signal, then raise as Python's own handler does."""
+    """Signal handler for SIGINT/SIGTERM: note the signal, then raise as Python's own handler does,
+    except inside a module import. A KeyboardInterrupt raised in Python code that a C++ extension's
+    init calls (pybind11: torch, executorch, onnxruntime) cannot pass through the C++ frames: the
+    process aborts ("terminate called after throwing an instance of 'pybind11::error_already_set'",
+    exit -6), seen on a Ctrl-C a second into a build. There the interrupt is recorded and the signal
+    sent to the main thread again every RETRY_SECONDS until it lands outside any import (a real
+    signal, so a blocking call after the import is woken as by the first one)."""
     name = signal.Signals(signum).name
-    _interrupts.append(name)
+    if name not in _interrupts:
+        _interrupts.append(name)
+    if _inside_import(frame):
+        retry = threading.Timer(RETRY_SECONDS, signal.pthread_kill, args=(threading.main_thread().ident, signum))
+        retry.daemon = True
+        retry.start()
+        return
     raise KeyboardInterrupt(name)
+
+
+def _inside_import(frame) -> bool:
+    """Whether `frame` runs inside a module import (importlib's bootstrap is on the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def interrupted() -> str | None:
