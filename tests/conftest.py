@@ -129,6 +129,7 @@ class SharedBuild:
     android_app: Path
     ios_app: Path
     stdout: str
+    stderr: str = ""
 
     def copy(self, dest: Path) -> Path:
         """The published folder as plain files at `dest` (a new path), for a test that changes it."""
@@ -179,7 +180,8 @@ def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
             record.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
         done = json.loads(record.read_text())
     assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
-    return SharedBuild(entry / "out", entry / "android-app" / "assets", entry / "ios-app" / "Resources", done["stdout"])
+    return SharedBuild(entry / "out", entry / "android-app" / "assets", entry / "ios-app" / "Resources", done["stdout"],
+                       done["stderr"])
 
 
 @pytest.fixture(scope="session")

@@ -261,36 +261,44 @@ def test_gradle_pins_the_executorch_runtime_that_wrote_the_pte(contract):
     assert not list(ANDROID.rglob("*.jar")), "no binary wrapper jar in the repo"
 
 
-def test_failed_app_copy_leaves_the_published_artifacts_untouched(built, tmp_path):
-    """ARRCOC_ANDROID_APP_DIR that cannot be written (its parent is a file): the android stage
-    fails with one line naming the fix, nothing is published for it, and the previous
-    artifacts/android/ and its manifest entry stay exactly as they were."""
-    out = tmp_path / "out"
-    shutil.copytree(built[0], out)  # with .cache: the export is a cache hit
-    before_files, before_entry = tree(out / "android"), json.loads((out / "manifest.json").read_text())["targets"]["android"]
+def test_an_app_folder_that_cannot_be_written_fails_the_stage_in_one_line(built, tmp_path, monkeypatch):
+    """ARRCOC_ANDROID_APP_DIR whose parent is a file: the stage's copy into the app (its last step,
+    after every check) is an output error naming ARRCOC_ANDROID_APP_DIR, and nothing is written. What
+    the core does when a stage fails there (nothing published for android, the previous publish and
+    manifest entry kept, executorch still published) runs end to end in the next test, whose stage
+    fails at the same step; each used to rebuild android (~5 min each)."""
+    from types import SimpleNamespace
+
+    from pipeline.errors import OutputDirError
+    from targets.android.target import AndroidTarget
+
+    staged = tmp_path / "staging"
+    shutil.copytree(built[0] / "android", staged)
+    data = json.loads((staged / "contract.json").read_text())
+    ctx = SimpleNamespace(staging=staged, config=SimpleNamespace(**data["model"]), log=lambda line: None)
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the app folder's parent should be")
-    proc = run_cli("build", "--target", "android", "--out", str(out),
-                   env={"ARRCOC_ANDROID_APP_DIR": str(blocker / "assets")})
-    text = proc.stdout + proc.stderr
-    assert proc.returncode != 0, text[-3000:]
-    assert "ARRCOC_ANDROID_APP_DIR" in text and "cannot write the Android app's assets" in text, text[-3000:]
-    assert tree(out / "android") == before_files
-    after = json.loads((out / "manifest.json").read_text())["targets"]
-    assert after["android"] == before_entry
-    assert after["executorch"]["status"] == "published"  # the independent upstream stage still published
+    monkeypatch.setenv("ARRCOC_ANDROID_APP_DIR", str(blocker / "assets"))
+    with pytest.raises(OutputDirError) as caught:
+        AndroidTarget()._publish_to_app(ctx, SimpleNamespace(bytes=0, size_budget=1), data)
+    line = caught.value.one_line()
+    assert "cannot write the Android app's assets" in line and "ARRCOC_ANDROID_APP_DIR" in line, line
     assert blocker.read_text().startswith("a file")
 
 
 def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_path):
     """The app folder held the user's font and a nested logo, with backup folders beside it: the
     build wrote its bundle in and kept every one of them. A rebuild with a file of the user's under
-    one of the bundle's names fails the stage in one line naming it, and changes nothing in the folder."""
+    one of the bundle's names fails the stage in one line naming it, changes nothing in the folder,
+    publishes nothing for android (the previous artifacts/android/ and its manifest entry stay
+    exactly as they were) and still publishes executorch, the independent upstream stage.
+    ~5 min: a real android rebuild (export cache hit)."""
     app = built[1]
     seeded = seed_user_files(tmp_path / "probe" / app.name)  # what the fixture seeded, by the same rule
     assert user_files_left(app, seeded) == seeded
     out = tmp_path / "out"
-    shutil.copytree(built[0], out)
+    shutil.copytree(built[0], out)  # with .cache: the export is a cache hit
+    before_files, before_entry = tree(out / "android"), json.loads((out / "manifest.json").read_text())["targets"]["android"]
     mine = tmp_path / "app" / "assets"
     shutil.copytree(app, mine)
     (mine / "golden.json").write_bytes(b"the user's own golden.json")
@@ -301,6 +309,10 @@ def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_
     lines = [line for line in text.splitlines() if str(mine / "golden.json") in line]
     assert lines and "move" in lines[0] and "-> fix:" in lines[0], text[-3000:]
     assert tree(mine) == before
+    assert tree(out / "android") == before_files
+    after = json.loads((out / "manifest.json").read_text())["targets"]
+    assert after["android"] == before_entry
+    assert after["executorch"]["status"] == "published"
 
 
 @pytest.fixture(scope="module")

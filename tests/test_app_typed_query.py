@@ -80,14 +80,17 @@ def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
     manifest = json.loads((out / "manifest.json").read_text())["targets"]["android"]
     assert manifest["variants"]["app-assets"]["info"]["typed_text"]["encoder"] == typed["encoder"]["file"]
     ids = app_ids(typed, app, list(QUERIES), tmp)
+    # one `invoke predict` for every query (JSON lines, one per query): a process per query cost ~10 s each
+    proc = run_cli("predict", "--image", str(app / data["app"]["sample_image"]), *(a for q in QUERIES for a in ("--query", q)),
+                   "--runtime", "executorch", "--out", str(out), "--json", str(tmp / "p.jsonl"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wanted = {row["query"]: row for row in map(json.loads, (tmp / "p.jsonl").read_text().splitlines())}
+    assert sorted(wanted) == sorted(QUERIES)
     times = []
     for text, query_ids in zip(QUERIES, ids):
         got, ms = through_the_app(app, query_ids)
         times.append(ms)
-        proc = run_cli("predict", "--image", str(app / data["app"]["sample_image"]), "--query", text, "--runtime", "executorch",
-                       "--out", str(out), "--json", str(tmp / "p.json"))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        want = json.loads((tmp / "p.json").read_text())
+        want = wanted[text]
         assert sorted(got["topk_indices"][0].tolist()) == sorted(want["topk_indices"]), text
         assert np.abs(got["relevance"][0] - np.asarray(want["relevance"])).max() < typed["encoder"]["gate"]["max"].get(
             "relevance_max_abs", 1e-2), text
@@ -98,7 +101,7 @@ def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
 @pytest.mark.compiler
 def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path):
     """Reads the session's android build (conftest android_build; its first user pays minutes).
-    Over 60 s itself: the app tokenizer's compile and six `invoke predict` runs, one per query."""
+    Over 60 s itself: the app tokenizer's compile and `invoke predict` on the six queries."""
     from pipeline.relevance.text_encoder import tokenize
 
     out, app = android_build.out, android_build.android_app
@@ -118,8 +121,8 @@ def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path
 def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference_typed_query_build, tmp_path):
     """Reads the session's reference-checkpoint build of both apps (conftest
     reference_typed_query_build, shared with tests/test_ios_typed_query.py; 7 min for its first user
-    at load 4). Over 60 s itself too (5.5 min at load 4): the app tokenizer's compile and six
-    `invoke predict` runs, one per query."""
+    at load 4). Over 60 s itself too: the app tokenizer's compile and `invoke predict` on the six
+    queries."""
     from pipeline.relevance import qwen_query as qq
 
     out, app = reference_typed_query_build.out, reference_typed_query_build.android_app

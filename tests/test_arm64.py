@@ -26,15 +26,13 @@ def _emulation_or_skip():
 
 
 @pytest.fixture(scope="session")
-def int8_out(tmp_path_factory):
-    from conftest import run_cli
-
+def int8_out(shared_build):
+    """The session's shared `--target onnx-int8` build (tests/test_onnx_int8.py's too), which ran the
+    emulated-ARM gate where this host has the emulation root."""
     _emulation_or_skip()
-    out = tmp_path_factory.mktemp("arm64-out")
-    proc = run_cli("build", "--target", "onnx-int8", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    BUILD_STDOUT.append(proc.stdout)
-    return out
+    build = shared_build("onnx-int8")
+    BUILD_STDOUT.append(build.stdout)
+    return build.out
 
 
 BUILD_STDOUT: list[str] = []

@@ -19,18 +19,19 @@ NOISE = re.compile(r"FutureWarning|UserWarning|Failed to load|triton|cpuinfo|_py
                    r"quant_pre_process|^[WIE]\d{4} ", re.MULTILINE)
 
 
-def test_non_verbose_executorch_build_prints_no_third_party_noise(tmp_path):
-    proc = run_cli("build", "--target", "executorch", "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    terminal = proc.stdout + proc.stderr
+def test_non_verbose_executorch_build_prints_no_third_party_noise(android_build):
+    """On the session's shared android build (executorch first, then the MiniLM encoder .pte and
+    the app), non-verbose, as a user runs it: its terminal output and its build.log."""
+    out = android_build.out
+    terminal = android_build.stdout + android_build.stderr
     assert not NOISE.findall(terminal), terminal
-    assert "executorch  fp32     published" in proc.stdout  # the table is still there
+    assert "executorch  fp32     published" in android_build.stdout  # the table is still there
     from pipeline.publishing.folder_state import state_dir
 
-    log_path = state_dir(tmp_path) / "build.log"  # beside the output folder, in the tool's state (issue 25)
-    assert f"third-party messages (warnings, converter output): {log_path}" in proc.stdout
+    log_path = state_dir(out) / "build.log"  # beside the output folder, in the tool's state (issue 25)
+    assert f"third-party messages (warnings, converter output): {log_path}" in android_build.stdout
     log = log_path.read_text()
     for seen in ("[cpuinfo_utils.cpp:", "FutureWarning", "Failed to load"):
         assert seen in log, f"{seen!r} no longer reaches build.log: check the noise list above"
     # not a published file: verify ignores it, and no manifest lists it
-    assert run_cli("verify", "--out", str(tmp_path)).returncode == 0
+    assert run_cli("verify", "--out", str(out)).returncode == 0

@@ -109,12 +109,15 @@ def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference
     package = data["artifacts"]["fp32"]  # the app's relevance model, fp32 package, in the MIL evaluator
     runner = mil_runner(app / package["file"])
     photo = np.asarray(Image.open(app / data["app"]["sample_image"]).convert("RGB"))[None]
+    # one `invoke predict` for every query (JSON lines, one per query), not a process per query
+    proc = run_cli("predict", "--image", str(app / data["app"]["sample_image"]), *(a for q in QUERIES for a in ("--query", q)),
+                   "--runtime", "onnx", "--out", str(out), "--json", str(tmp_path / "p.jsonl"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wanted = {row["query"]: row for row in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())}
+    assert sorted(wanted) == sorted(QUERIES)
     for text, query in zip(QUERIES, queries):
         got = runner.run({"image": photo, "query": np.asarray([query], np.float32)})
-        proc = run_cli("predict", "--image", str(app / data["app"]["sample_image"]), "--query", text,
-                       "--runtime", "onnx", "--out", str(out), "--json", str(tmp_path / "p.json"))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        want = json.loads((tmp_path / "p.json").read_text())
+        want = wanted[text]
         overlap = topk_overlap(np.asarray([want["relevance"]], np.float32), np.asarray([want["topk_indices"]]),
                                np.asarray(got["topk_indices"], np.int64), package["gate"]["tie_tolerance"])[0]
         assert overlap.min() == 1.0, (text, overlap)

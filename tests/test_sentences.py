@@ -156,11 +156,9 @@ def test_variant_failing_only_on_sentences_is_not_published(golden_with_sentence
 # ------------------------------------------------------------------ onnx-int8 on held-out sentences
 
 
-@pytest.mark.slow
-def test_onnx_int8_passes_on_heldout_sentences(tmp_path, cli):
-    out = tmp_path / "out"
-    proc = cli("build", "--target", "onnx-int8", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_onnx_int8_passes_on_heldout_sentences(shared_build):
+    """On the session's shared `--target onnx-int8` build (tests/test_onnx_int8.py's too)."""
+    out = shared_build("onnx-int8").out
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["targets"]["onnx-int8"]
     assert entry["status"] == "published"

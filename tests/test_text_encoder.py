@@ -46,11 +46,9 @@ def test_missing_package_raises_typed_error_with_fix(monkeypatch):
     assert "pip install -e '.[text]'" in info.value.fix
 
 
-@pytest.mark.slow
-def test_text_encoder_target_builds_and_passes_its_gate(cli, tmp_path):
-    out = tmp_path / "out"
-    proc = cli("build", "--target", "text-encoder", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_text_encoder_target_builds_and_passes_its_gate(published_with_encoder):
+    """On the session's shared `--target onnx,onnx-int8,text-encoder` build (tests/test_torchless.py's too)."""
+    out = published_with_encoder
     entry = json.loads((out / "manifest.json").read_text())["targets"]["text-encoder"]
     fp32, int8 = entry["variants"]["fp32"], entry["variants"]["int8"]
     assert fp32["status"] == "verified" and int8["status"] == "verified"
