@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_cli, write_reference_checkpoint
+from conftest import REPO, run_cli, write_reference_checkpoint
 from qwen_fixtures import VOCAB_ROWS, synthetic_table, write_hf_cache, write_snapshot, write_whole_checkpoint
 
 DIM = 64
@@ -155,6 +155,32 @@ def test_build_publishes_the_form_chosen_by_measurement(built):
     assert info["form"]["tried"][-1]["dims"] == info["form"]["dims"] and info["form"]["bytes"] > 0
     assert metrics["corpus_topk_overlap_mean"] >= 0.98 and metrics["corpus_topk_overlap_min"] >= 0.95
     assert metrics["corpus_pairs"] >= 40 * 31 and metrics["topk_overlap_min"] >= 0.95
+
+
+def test_a_sentence_on_a_reference_folder_is_answered_without_torch(built, tmp_path):
+    """Issue 42 for --base-model checkpoints: the published token-mean encoder (query_encoder.onnx +
+    Qwen3's tokenizer.json) answers a sentence in a process that never imports torch or transformers,
+    with the top-K this process's predict gives."""
+    import subprocess
+    import sys
+
+    import pipeline
+
+    photo = tmp_path / "coffee.jpg"
+    from pipeline.stages.golden import _photo
+
+    Image.fromarray(_photo("coffee")).save(photo, quality=90)
+    code = (f"import sys, json; sys.path.insert(0, {str(REPO)!r})\n"
+            f"import pipeline\n"
+            f"p = pipeline.load({str(built)!r}, 'onnx').predict({str(photo)!r}, 'Where is the cup?')\n"
+            f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sentence_transformers'))\n"
+            f"print(json.dumps({{'heavy': heavy, 'top_k': p.top_k}}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["heavy"] == [], found["heavy"]
+    with pipeline.load(built, "onnx") as model:
+        assert [list(c) for c in model.predict(photo, "Where is the cup?").top_k] == [list(c) for c in found["top_k"]]
 
 
 def test_predict_with_typed_text_answers_as_the_reference_would(built, files, tokenizer, tmp_path):
