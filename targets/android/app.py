@@ -35,11 +35,12 @@ from pipeline.errors import GateError
 from pipeline.stages.golden import write_array_bundle
 from pipeline.stages.parity import Gate, parity_metrics
 
-from targets.shared import private_cache, sources
+from targets.shared import private_cache
+from targets.shared import sources as project_files  # (this module has its own sources(): the Kotlin files)
 from targets.shared import tokenizer_cases
 from targets.shared.mobile_contract import pil_upright
 
-ANDROID = sources.MOBILE / "android"
+ANDROID = project_files.MOBILE / "android"
 SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles
     "stubs": ANDROID / "jvm-stubs",
     "main": ANDROID / "app" / "src" / "main" / "java",
@@ -48,8 +49,8 @@ SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles
     "runner": ANDROID / "jvm-runner",
 }
 # installed by scripts/setup.d/40-android-jvm.sh in a checkout; an installed package has no tools/
-KOTLINC = (sources.TOOLS or Path("/nonexistent")) / "kotlin" / "node_modules" / "kotlin-compiler"
-ANDROID_JAR = (sources.TOOLS or Path("/nonexistent")) / "android-23" / "android.jar"
+KOTLINC = (project_files.TOOLS or Path("/nonexistent")) / "kotlin" / "node_modules" / "kotlin-compiler"
+ANDROID_JAR = (project_files.TOOLS or Path("/nonexistent")) / "android-23" / "android.jar"
 JUNIT = Path("/usr/share/java/junit4.jar")
 HAMCREST = Path("/usr/share/java/hamcrest-core.jar")
 ORG_JSON = Path("/usr/share/java/com.android.json.jar")  # a real org.json: android.jar's throws "Stub!"
@@ -99,8 +100,8 @@ def missing_tools() -> list[str]:
 
 def missing_reason() -> str | None:
     missing = missing_tools()
-    if missing and sources.TOOLS is None:
-        return sources.NO_TOOLS
+    if missing and project_files.TOOLS is None:
+        return project_files.NO_TOOLS
     return f"{', '.join(missing)} missing: {SETUP}" if missing else None
 
 
@@ -130,7 +131,7 @@ def sources(group: str) -> list[Path]:
 
 
 def _rel(path: Path) -> str:
-    return sources.shown(path)
+    return project_files.shown(path)
 
 
 def _cache_key(tc: Toolchain) -> str:
@@ -152,7 +153,7 @@ def _kotlinc(tc: Toolchain, classpath: list[Path], out: Path, files: list[Path])
                       *(_rel(f) for f in files)])
     if proc.returncode != 0:
         first = next((line for line in lines if ": error: " in line or line.startswith("error:")), _first_line(proc.stderr))
-        raise GateError(f"the Android app does not compile (kotlinc {tc.kotlinc_version}): {first.replace(str(sources.ROOT) + '/', '')}",
+        raise GateError(f"the Android app does not compile (kotlinc {tc.kotlinc_version}): {first.replace(str(project_files.ROOT) + '/', '')}",
                         "fix the Kotlin source (mobile/android) and rebuild")
     return shown, lines
 
