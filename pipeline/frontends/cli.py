@@ -91,18 +91,14 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         locking.check_interrupted()  # one lost after the task's last check still ends as an interrupt
         return code
     except ArrcocError as exc:
+        if locking.interrupted():  # a Ctrl-C recorded during an import, not raised yet: it comes first
+            return _stopped(name, locking.interrupted())
         if verbose:
             traceback.print_exc()
         print(exc.one_line(), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        from pipeline.errors import BuildInterrupted
-
-        why = str(exc) or "SIGINT"
-        fix = (f"nothing to fix: `{COMMAND} serve` starts it again" if name == "serve" else
-               f"nothing was changed by the interrupted step: run `{COMMAND} {name}` again")
-        print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
-        return BuildInterrupted.exit_code
+        return _stopped(name, str(exc) or "SIGINT")
     except BrokenPipeError:
         # the reader went away (`invoke predict ... | head`): stop quietly, as a tool killed by
         # SIGPIPE would (128 + 13), and keep Python from reporting the pipe again at exit
@@ -121,6 +117,16 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         locking.reset_interrupts()  # the record belongs to this task only
+
+
+def _stopped(name: str, why: str) -> int:
+    """The interrupted task's one line; exit 130."""
+    from pipeline.errors import BuildInterrupted
+
+    fix = (f"nothing to fix: `{COMMAND} serve` starts it again" if name == "serve" else
+           f"nothing was changed by the interrupted step: run `{COMMAND} {name}` again")
+    print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
+    return BuildInterrupted.exit_code
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -102,11 +102,18 @@ def record_interrupt(signum, frame) -> None:
     if name not in _interrupts:
         _interrupts.append(name)
     if _inside_import(frame):
-        retry = threading.Timer(RETRY_SECONDS, signal.pthread_kill, args=(threading.main_thread().ident, signum))
+        retry = threading.Timer(RETRY_SECONDS, _send_again, args=(threading.main_thread().ident, signum))
         retry.daemon = True
         retry.start()
         return
     raise KeyboardInterrupt(name)
+
+
+def _send_again(thread: int, signum: int) -> None:
+    """The deferred interrupt, sent again while it is still pending (the task that recorded it has
+    not ended: guarded's reset_interrupts clears it)."""
+    if _interrupts:
+        signal.pthread_kill(thread, signum)
 
 
 def _inside_import(frame) -> bool:

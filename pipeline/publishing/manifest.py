@@ -260,11 +260,19 @@ def _variants_shape(variants) -> str | None:
 
 def _model_shape(model) -> str | None:
     """Why the checkpoint's model settings (grid, top_k, ...) cannot size a prediction, or None:
-    each one present is a whole number >= 1 (JSON's true/false and "14" are not)."""
+    each one present is a whole number >= 1 (JSON's true/false and "14" are not), the grid at most
+    MAX_GRID and top_k at most grid squared, as a checkpoint's own ModelConfig allows."""
+    from pipeline.relevance.signature import MAX_GRID
+
     if not isinstance(model, dict):
         return f"is a JSON {type(model).__name__}, not an object"
     for key in ("grid", "top_k", "query_dim", "input_size"):
         value = model.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return f"{key} is {json.dumps(value)[:40]}, not a whole number >= 1"
+    grid = model.get("grid", 1)
+    if grid > MAX_GRID:
+        return f"grid is {grid}, more than the {MAX_GRID} a checkpoint may have"
+    if model.get("top_k", 1) > grid * grid:
+        return f"top_k is {model['top_k']}, more than grid squared ({grid * grid})"
     return None
