@@ -165,3 +165,21 @@ def test_the_published_encoder_runs_the_bytes_it_checked(published_with_encoder,
         again = model.query_vector("something red")
     assert "tokenizer.json" in swapped and any(name.endswith(".onnx") for name in swapped), swapped
     assert np.array_equal(again, verified)
+
+
+def test_sentences_true_loads_the_encoder_beside_the_model_with_the_same_answer(published_with_encoder, tmp_path):
+    """load(..., sentences=True) (what `arrcoc-edge predict --query` calls): the encoder loads on a
+    thread while the model does; the answer is the lazy route's, and close() right after load waits
+    for that thread and frees both."""
+    import pipeline
+
+    photo = photo_file(tmp_path)
+    with pipeline.load(published_with_encoder, "onnx") as model:
+        lazy = model.predict(photo, "something red")
+    with pipeline.load(published_with_encoder, "onnx", sentences=True) as model:
+        ahead = model.predict(photo, "something red")
+    assert ahead.top_k == lazy.top_k and np.array_equal(ahead.relevance, lazy.relevance)
+    model = pipeline.load(published_with_encoder, "onnx", sentences=True)
+    model.close()
+    with pytest.raises(pipeline.InputError, match="closed"):
+        model.predict(photo, "something red")

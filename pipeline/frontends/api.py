@@ -165,11 +165,13 @@ class Prediction:
 
 
 def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int | None = None,
-         verbose: bool = False) -> "Model":
+         verbose: bool = False, sentences: bool = False) -> "Model":
     """A published folder's runtime, loaded once and kept open: the runtime `invoke predict
     --runtime` names (None: the fastest published, by the folder's bench.json). Its files are
     checked against the manifest's sha256 first. threads: the runtime's intra-op threads (None:
-    its default; ExecuTorch's process-wide pool keeps its own)."""
+    its default; ExecuTorch's process-wide pool keeps its own). sentences=True: a typed query is
+    coming, so the sentence encoder loads on a thread meanwhile (its files' check and session
+    overlap the model's), instead of on the first sentence."""
     import targets as target_table
     from pipeline.publishing.folder_state import output_path, pinned
     from pipeline.publishing.reading import read_manifest
@@ -187,9 +189,45 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     if not manifest.get("checkpoint", {}).get("model"):
         raise InputError(f"{root}'s manifest.json names no checkpoint.model (grid, top_k, query_dim)",
                          "rebuild that folder with `invoke build`")
-    with pr.third_party_quiet(verbose):
-        name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
-    return Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
+    encoder = _EncoderLoad(manifest["checkpoint"]["model"]["query_dim"], base, manifest, target_table.TARGETS,
+                           verbose) if sentences else None
+    try:
+        with pr.third_party_quiet(verbose):
+            name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
+    except BaseException:
+        if encoder is not None:
+            encoder.close()
+        raise
+    model = Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
+    model._encoder_load = encoder
+    return model
+
+
+class _EncoderLoad:
+    """pr.sentence_encoder run on a thread; result() waits for it and re-raises what it raised."""
+
+    def __init__(self, dim: int, base: Path, manifest: dict, targets: dict, verbose: bool):
+        self._result, self._error = None, None
+        self._thread = threading.Thread(target=self._run, args=(dim, base, manifest, targets, verbose),
+                                        name="arrcoc-sentence-encoder", daemon=True)
+        self._thread.start()
+
+    def _run(self, dim, base, manifest, targets, verbose) -> None:
+        try:
+            with pr.third_party_quiet(verbose):
+                self._result = pr.sentence_encoder(dim, base, manifest, targets)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._error = exc
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def close(self) -> None:
+        self._thread.join()
+        getattr(self._result, "close", lambda: None)()
 
 
 def _check_exists(root: Path) -> None:
@@ -226,6 +264,7 @@ class Model:
         self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
         self._texts: dict[str, np.ndarray] = {}
         self._encoder = None  # the sentence encoder, loaded on the first sentence (pr.sentence_encoder)
+        self._encoder_load = None  # or on a thread since load(..., sentences=True): _EncoderLoad
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
         # one Model may be shared between threads: its runtime calls and text cache take turns (not
         # every runtime's session is safe to run from two threads at once; ONNX Runtime's is)
@@ -242,7 +281,10 @@ class Model:
         """Free the runtime and the sentence encoder: a later predict raises InputError."""
         with self._lock:  # not under a call another thread is making
             runner, encoder, self._runner, self._encoder = self._runner, self._encoder, None, None
+            loading, self._encoder_load = self._encoder_load, None
             self._texts.clear()
+        if loading is not None:
+            loading.close()
         if runner is not None:
             runner.close()
         getattr(encoder, "close", lambda: None)()
@@ -408,6 +450,9 @@ class Model:
             pr.check_query_text(text, "the query")
             self._open_runner()
             with pr.third_party_quiet(self._verbose):
+                if self._encoder is None and self._encoder_load is not None:  # load(..., sentences=True)
+                    loading, self._encoder_load = self._encoder_load, None
+                    self._encoder = loading.result()
                 if self._encoder is None:  # loaded once: a new sentence then costs milliseconds
                     self._encoder = pr.sentence_encoder(self.query_dim, self._base, self.manifest, self._targets)
                 vector = self._encoder(text)

@@ -341,7 +341,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     fmt = pr.heatmap_format("heatmap", heatmap_file) if heatmap_file else None
     if json_file and heatmap_file and os.path.realpath(json_file) == os.path.realpath(heatmap_file):
         raise InputError(f"--json and --heatmap name one file ({json_file})", "give them two different file names")
-    with _model(root, runtime, verbose) as model:  # pipeline.load: what a Python caller runs
+    with _model(root, runtime, verbose, sentences=bool(queries)) as model:  # pipeline.load: what a Python caller runs
         query = queries[0] if queries else pr._embedding_file(embedding, model.query_dim)[0]
         result = model._predict_one(photo, query, timed=True)
     print(pr.describe(result.record))
@@ -356,7 +356,7 @@ def _listed(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _model(root: Path, runtime, verbose: bool):
+def _model(root: Path, runtime, verbose: bool, sentences: bool = False):
     from pipeline.errors import InputError
     from pipeline.frontends.api import load
     from pipeline.publishing.folder_state import pinned
@@ -364,7 +364,7 @@ def _model(root: Path, runtime, verbose: bool):
 
     if not read_manifest(pinned(root)).get("targets"):
         raise InputError(f"nothing is published in {root}", f"run `{COMMAND} build --target onnx` first (or pass --out)")
-    return load(root, runtime, verbose=verbose)
+    return load(root, runtime, verbose=verbose, sentences=sentences)
 
 
 def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose) -> int:
@@ -376,7 +376,7 @@ def _predict_many(given, photos, queries, embedding, root, runtime, json_path, h
     json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
     heatmaps = (batch.heatmap_folder(heatmap, photos, inputs, root, max(1, len(queries)), given)
                 if heatmap is not None else None)
-    with _model(root, runtime, verbose) as model:
+    with _model(root, runtime, verbose, sentences=bool(queries)) as model:
         wanted = ([("query", text, text) for text in queries] if queries else
                   [("query_embedding", str(embedding), pr._embedding_file(embedding, model.query_dim)[0])])
         return batch.run(model, photos, wanted, json_file, heatmaps)
