@@ -26,7 +26,14 @@ def swift_embeddings(app: Path, ids: list[list[int]], tmp: Path) -> list[list[fl
     bundle, report = tmp / "bundle", tmp / "report"
     shutil.copytree(app, bundle, ignore=shutil.ignore_patterns("*.mlpackage"))
     encoder = json.loads((app / "contract.json").read_text())["typed_text"]["encoder"]
-    ios_encoder.write_swift_checks(bundle, ios_encoder.read_table(bundle / encoder["file"]), ids)
+    checks = ios_encoder.write_swift_checks(bundle, ios_encoder.read_table(bundle / encoder["file"]), ids)
+    # the copy's contract records the new typed_checks.json: the app takes a bundle file only as recorded
+    from pipeline.relevance.digest import sha256_file
+    from targets.shared import mobile_contract
+
+    contract = json.loads((bundle / "contract.json").read_text())
+    contract["files"][checks.name] = {"bytes": checks.stat().st_size, "sha256": sha256_file(checks)}
+    mobile_contract.write_contract(bundle / "contract.json", contract)
     record = ios_app.build_and_test(bundle, keep_report=report)
     if record["status"] != "passed":
         pytest.fail(f"iOS core not compiled/tested ({record['status']}): {record['reason']}", pytrace=False)

@@ -88,15 +88,17 @@ def test_report_shows_bench_results_when_present(published, tmp_path):
 
 
 def test_report_renders_in_chromium(published):
-    playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
+    pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
+    from targets.web import chromium
+
     errors = []
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page()
+    # the process's one Playwright driver (targets/web/chromium.py): its sync API allows one per
+    # thread, and tests/test_web.py's session-wide browser may hold it in this worker already
+    browser = chromium.CHROMIUM_HOST.acquire()
+    page = browser.new_page()
+    try:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto((published / "report.html").as_uri())
@@ -106,7 +108,9 @@ def test_report_renders_in_chromium(published):
         out = Path(__file__).resolve().parent.parent / "test-output"
         out.mkdir(exist_ok=True)
         page.screenshot(path=str(out / "report.png"), full_page=True)
-        browser.close()
+    finally:
+        page.close()
+        chromium.CHROMIUM_HOST.release()
     assert loaded and all(loaded), loaded
     assert status == "published"
     assert errors == []
