@@ -189,45 +189,38 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     if not manifest.get("checkpoint", {}).get("model"):
         raise InputError(f"{root}'s manifest.json names no checkpoint.model (grid, top_k, query_dim)",
                          "rebuild that folder with `invoke build`")
-    encoder = _EncoderLoad(manifest["checkpoint"]["model"]["query_dim"], base, manifest, target_table.TARGETS,
-                           verbose) if sentences else None
+    encoder = _encoder_ahead(manifest["checkpoint"]["model"]["query_dim"], base, manifest, target_table.TARGETS,
+                             verbose) if sentences else None
     try:
         with pr.third_party_quiet(verbose):
             name, runner = pr.open_runtime(base, manifest, target_table.TARGETS, runtime, shown=root, threads=threads)
     except BaseException:
         if encoder is not None:
-            encoder.close()
+            _close_ahead(encoder)
         raise
     model = Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
     model._encoder_load = encoder
     return model
 
 
-class _EncoderLoad:
-    """pr.sentence_encoder run on a thread; result() waits for it and re-raises what it raised."""
+def _encoder_ahead(dim: int, base: Path, manifest: dict, targets: dict, verbose: bool):
+    """pr.sentence_encoder started on a thread: a Future whose result() waits and re-raises."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def __init__(self, dim: int, base: Path, manifest: dict, targets: dict, verbose: bool):
-        self._result, self._error = None, None
-        self._thread = threading.Thread(target=self._run, args=(dim, base, manifest, targets, verbose),
-                                        name="arrcoc-sentence-encoder", daemon=True)
-        self._thread.start()
+    def run():
+        with pr.third_party_quiet(verbose):
+            return pr.sentence_encoder(dim, base, manifest, targets)
 
-    def _run(self, dim, base, manifest, targets, verbose) -> None:
-        try:
-            with pr.third_party_quiet(verbose):
-                self._result = pr.sentence_encoder(dim, base, manifest, targets)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
-            self._error = exc
+    pool = ThreadPoolExecutor(1, thread_name_prefix="arrcoc-sentence-encoder")
+    future = pool.submit(run)
+    pool.shutdown(wait=False)  # the one job still runs; nothing else is queued
+    return future
 
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result
 
-    def close(self) -> None:
-        self._thread.join()
-        getattr(self._result, "close", lambda: None)()
+def _close_ahead(future) -> None:
+    """Wait for an encoder loading ahead and free it (or drop what it raised)."""
+    if future.exception() is None:
+        getattr(future.result(), "close", lambda: None)()
 
 
 def _check_exists(root: Path) -> None:
@@ -264,7 +257,7 @@ class Model:
         self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
         self._texts: dict[str, np.ndarray] = {}
         self._encoder = None  # the sentence encoder, loaded on the first sentence (pr.sentence_encoder)
-        self._encoder_load = None  # or on a thread since load(..., sentences=True): _EncoderLoad
+        self._encoder_load = None  # or on a thread since load(..., sentences=True): a Future
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
         # one Model may be shared between threads: its runtime calls and text cache take turns (not
         # every runtime's session is safe to run from two threads at once; ONNX Runtime's is)
@@ -284,7 +277,7 @@ class Model:
             loading, self._encoder_load = self._encoder_load, None
             self._texts.clear()
         if loading is not None:
-            loading.close()
+            _close_ahead(loading)
         if runner is not None:
             runner.close()
         getattr(encoder, "close", lambda: None)()
