@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout, or site-packages
 CHECKOUT = (ROOT / "pyproject.toml").is_file() and (ROOT / "constraints.txt").is_file()
+PACKAGES = ("pipeline", "targets")  # this project's own Python packages, beside each other under ROOT
 
 
 def project_folder(name: str, bundled_in: Path) -> Path:

@@ -167,6 +167,22 @@ def lower_pte(program, path: Path) -> Path:
     return expect_file(path, "query encoder .pte")
 
 
+def convert_minilm_pte(variant: str, dest: Path, log) -> Path:
+    """dest/ENCODER_FILE: the one-query MiniLM encoder lowered to ExecuTorch. It depends on the
+    MiniLM snapshot, not on the checkpoint: lowered once per snapshot, tools and code (conversion_cache)."""
+    from pipeline.relevance.text_encoder import model_dir
+    from targets.executorch import LOWERING_TOOLS
+    from pipeline.stages.conversion_cache import convert_cached, folder_digest
+
+    def convert(folder: Path) -> dict:
+        lower_pte(export_minilm(variant), folder / ENCODER_FILE)
+        return {}
+
+    convert_cached(f"minilm-pte-{variant}", {"minilm": folder_digest(model_dir())},
+                   (*LOWERING_TOOLS, "transformers", "sentence-transformers"), convert, dest, log, keep=2)
+    return expect_file(dest / ENCODER_FILE, "query encoder .pte")
+
+
 def minilm_ids(text: str) -> list[int]:
     """Python's ids for one query: [CLS] ... [SEP], cut at MAX_TOKENS (pipeline.relevance.text_encoder.tokenize)."""
     from pipeline.relevance.text_encoder import tokenize
@@ -202,7 +218,7 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
     path, tried = ctx.staging / ENCODER_FILE, []
     for variant, base, cosine in (("int8", LOSSY, INT8_COSINE_MIN), ("fp32", LOSSLESS, FP32_COSINE_MIN)):
         ctx.log(f"query encoder for the app: all-MiniLM-L6-v2 {variant} -> ExecuTorch ({path.name})")
-        lower_pte(export_minilm(variant), path)
+        convert_minilm_pte(variant, ctx.staging, ctx.log)
         gate = _gate(base, cosine, MINILM_BUDGETS[variant])
         metrics = minilm_metrics(ctx, path)
         failures = gate.failures(metrics)

@@ -184,7 +184,7 @@ def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
     prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_module_type(torch.nn.Linear, config))
     # Dynamic quantisation needs no calibration statistics; one pass on the calibration split
     # (never the held-out one) runs the observers once, as PT2E expects.
-    cal = ctx.golden.calibration.inputs(0, 4)
+    cal = ctx.golden.calibration.inputs(0, CALIBRATION_ROWS)
     image, query = torch.from_numpy(cal["image"]), torch.from_numpy(cal["query"])
     if square:
         image = image[:, : ctx.config.image_size, : ctx.config.image_size].contiguous()
@@ -200,6 +200,34 @@ def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
     return torch.export.export(converted, example_inputs(ctx.config), dynamic_shapes=dynamic_shapes(), strict=False)
 
 
+LOWERING_TOOLS = ("torch", "executorch", "torchao")
+CALIBRATION_ROWS = 4  # quantize_dynamic_int8's one observer pass
+
+
+def calibration_digest(ctx: BuildContext) -> str:
+    """sha256 of the calibration rows the int8 lowering runs its observers on."""
+    import hashlib
+
+    cal = ctx.golden.calibration.inputs(0, CALIBRATION_ROWS)
+    return hashlib.sha256(b"".join(cal[k].tobytes() for k in sorted(cal))).hexdigest()
+
+
+def lower_both(ctx: BuildContext, folder: Path) -> dict:
+    """FP32 and dynamic int8 .pte files of the checkpoint in `folder`; returns their manifest info."""
+    ctx.log("[executorch] lowering FP32 to XNNPACK")
+    fp32_info = lower(general_program(ctx), folder / FP32_FILE, square_program(ctx))
+    fp32_info["program"] = GENERAL_PROGRAM
+    ctx.log("[executorch] quantising (dynamic int8) and lowering")
+    int8_info = lower(quantize_dynamic_int8(ctx, general_program(ctx)), folder / INT8_FILE,
+                      quantize_dynamic_int8(ctx, square_program(ctx), square=True))
+    int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
+                                 "(the balancer's nn.Linear layers), activations quantised at run time")
+    int8_info["participatory_form"] = ctx.checkpoint.model.participatory_scorer.form
+    int8_info["speed_note"] = INT8_SPEED_NOTE
+    int8_info["program"] = GENERAL_PROGRAM
+    return {"fp32": fp32_info, "int8": int8_info}
+
+
 class ExecutorchTarget(Target):
     name = "executorch"
     summary = "ExecuTorch .pte, XNNPACK-delegated: FP32 and dynamic int8 (bounded dynamic batch)"
@@ -208,22 +236,18 @@ class ExecutorchTarget(Target):
     capability = "cpu (ExecuTorch Python runtime with XNNPACK)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:
+        from pipeline.stages.conversion_cache import convert_cached
+
         fp32_budget, int8_budget = _budgets(ctx)
-        ctx.log(f"[{self.name}] lowering FP32 to XNNPACK")
-        fp32_info = lower(general_program(ctx), ctx.staging / FP32_FILE, square_program(ctx))
-        fp32_info["program"] = GENERAL_PROGRAM
-        ctx.log(f"[{self.name}] quantising (dynamic int8) and lowering")
-        int8_info = lower(quantize_dynamic_int8(ctx, general_program(ctx)), ctx.staging / INT8_FILE,
-                          quantize_dynamic_int8(ctx, square_program(ctx), square=True))
-        int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
-                                     "(the balancer's nn.Linear layers), activations quantised at run time")
-        int8_info["participatory_form"] = ctx.checkpoint.model.participatory_scorer.form
-        int8_info["speed_note"] = INT8_SPEED_NOTE
-        int8_info["program"] = GENERAL_PROGRAM
+        # the same checkpoint, code and calibration rows lower to the same .pte files: reused
+        # across builds (the gates below still run on them)
+        inputs = {"program": ctx.program.cache_key, "calibration": calibration_digest(ctx)}
+        infos = convert_cached("executorch-relevance", inputs, LOWERING_TOOLS, lambda folder: lower_both(ctx, folder),
+                               ctx.staging, ctx.log, keep=8)
         return [
             Variant("fp32", [ctx.staging / FP32_FILE], _gate(LOSSLESS, fp32_budget), fp32_budget,
-                    primary=True, info=fp32_info),
-            Variant("int8", [ctx.staging / INT8_FILE], _gate(LOSSY, int8_budget), int8_budget, info=int8_info),
+                    primary=True, info=infos["fp32"]),
+            Variant("int8", [ctx.staging / INT8_FILE], _gate(LOSSY, int8_budget), int8_budget, info=infos["int8"]),
         ]
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:

@@ -253,7 +253,7 @@ def test_a_planted_or_unsound_class_cache_never_passes_broken_kotlin(tmp_path, b
 def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monkeypatch):
     """The seal is re-checked on every use: a class file changed, added or replaced by a link after
     the seal, or the entry's folder left writable by others, each says why it is not used."""
-    from targets.shared import private_cache
+    from pipeline.stages import private_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     cache = private_cache.user_cache_dir("android-classes")

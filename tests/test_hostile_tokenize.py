@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from targets import app_tokenize
-from targets.shared import private_cache, tokenizer_cases
+from pipeline.stages import private_cache
+from targets.shared import tokenizer_cases
 from tests.one_line import one_line
 
 REPO = Path(__file__).resolve().parent.parent

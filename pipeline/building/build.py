@@ -270,8 +270,8 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     if ckpt.ignored_keys:
         log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
     locking.check_interrupted()
-    program = export_cached(ckpt, folder_state.cache_root(out) / "export")
-    log(f"exported program {program.path.name} ({'cache hit' if program.cache_hit else 'exported'})")
+    program = export_cached(ckpt, folder_state.cache_root(out) / "export", log)
+    log(f"exported program {program.path.name} ({program.origin})")
     user_sentences = read_sentence_file(options["calibration_queries"]) if options.get("calibration_queries") else None
     golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"), user_sentences)
     log(f"golden set: held-out {golden.describe()['heldout']['subsets']}; queries: {golden.query_source}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class ExportedProgramFile:
     sha256: str
     cache_key: str
     cache_hit: bool
+    origin: str = ""  # "cache hit" (the out folder's), "reused from the conversion cache" or "exported"
 
     def load(self) -> torch.export.ExportedProgram:
         """A fresh, independent copy of the program (lowerings may mutate it)."""
@@ -118,12 +120,42 @@ def export_square(model: model_module.RelevanceModel) -> torch.export.ExportedPr
                                    strict=False)
 
 
-def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path) -> ExportedProgramFile:
-    """Return the .pt2 for this checkpoint, exporting only when the cache has none."""
+def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path, log=lambda message: None) -> ExportedProgramFile:
+    """Return the .pt2 for this checkpoint: the one in `cache_dir` (the out folder's cache), else
+    the user's conversion cache's (one export per checkpoint and code on this machine, so every
+    build of it records the same program sha256), else a fresh export."""
+    from pipeline.stages.conversion_cache import convert_cached
+
     key = export_key(ckpt)
     path = cache_dir / f"{key}.pt2"
     if path.is_file():
-        return ExportedProgramFile(path, sha256_file(path), key, cache_hit=True)
+        return ExportedProgramFile(path, sha256_file(path), key, cache_hit=True, origin="cache hit")
+    exported = []
+
+    def convert(folder: Path) -> dict:
+        _export_to(ckpt, folder / path.name)
+        exported.append(True)
+        return {}
+
+    work = Path(tempfile.mkdtemp(prefix="arrcoc-edge-export-"))  # private (0700), removed below
+    try:
+        convert_cached("export", {"export_key": key}, ("torch",), convert, work, log, keep=8)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".pt2")  # folder_state.CACHE_ENTRIES
+        os.close(fd)
+        try:  # whole or not at all: renamed into place once complete
+            shutil.copyfile(work / path.name, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    origin = "exported" if exported else "reused from the conversion cache"
+    return ExportedProgramFile(path, sha256_file(path), key, cache_hit=not exported, origin=origin)
+
+
+def _export_to(ckpt: LoadedCheckpoint, path: Path) -> None:
     try:
         program = export_program(ckpt.model, ckpt.config)
     except Exception as exc:  # torch.export raises many unrelated types
@@ -133,13 +165,4 @@ def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path) -> ExportedProgramFil
         ) from exc
     # The example inputs are most of the file's size and are not needed to reload it.
     program.example_inputs = None
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".pt2")
-    os.close(fd)
-    try:
-        torch.export.save(program, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return ExportedProgramFile(path, sha256_file(path), key, cache_hit=False)
+    torch.export.save(program, path)

@@ -13,7 +13,7 @@ says "not run" with the command that installs it.
 `app_build(assets, runners)` returns the manifest's `app_build` record, or raises GateError on a
 compile error or a failing test. Compiled classes are cached by the sha256 of every source and the
 toolchain's identity, so a second build with unchanged sources only runs the tests; the cache is the
-building user's own (targets/shared/private_cache.py) and an entry is re-hashed before it is trusted.
+building user's own (pipeline/stages/private_cache.py) and an entry is re-hashed before it is trusted.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pipeline.errors import GateError
 from pipeline.stages.golden import write_array_bundle
 from pipeline.stages.parity import Gate, parity_metrics
 
-from targets.shared import private_cache
+from pipeline.stages import private_cache
 from targets.shared import sources as project_files  # (this module has its own sources(): the Kotlin files)
 from targets.shared import tokenizer_cases
 from targets.shared.mobile_contract import pil_upright
@@ -172,46 +172,22 @@ def _compile_into(tc: Toolchain, work: Path, log: Callable[[str], None]) -> dict
     return record
 
 
-def _new_scratch(scratch: Path | None) -> Path:
-    """A private folder for classes compiled outside the cache: the caller's, or a new temporary one."""
-    if scratch is None:
-        return Path(tempfile.mkdtemp(prefix="arrcoc-android-classes-"))
-    scratch.mkdir(mode=0o700)
-    return scratch
-
-
 def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None = None) -> tuple[Path, dict]:
     """Every Kotlin file compiled; returns (classes dir, what was run). Cached by content in the
-    user's own cache (targets/shared/private_cache.py): an entry is used only after its files are re-hashed
+    user's own cache (pipeline/stages/private_cache.py): an entry is used only after its files are re-hashed
     against the manifest sealed for this key; an unusable cache folder or a broken entry is a note
     and a fresh compile (into `scratch`, a folder of the caller's that must not exist yet, when the
     cache folder cannot be used; by default a new private temporary folder the caller removes)."""
-    key = _cache_key(tc)
-    try:
-        cache = private_cache.user_cache_dir(CACHE_NAME)
-    except private_cache.CacheUnusable as exc:
-        log(f"[android] note: class cache not used ({exc}): compiling without it")
-        scratch = _new_scratch(scratch)
-        return scratch / "app", {**_compile_into(tc, scratch, log), "cached": False}
-    done = cache / key
-    if os.path.lexists(done):
-        problem = private_cache.check_entry(done, key)
-        if problem is None:
-            return done / "app", {**json.loads((done / "compile.json").read_text()), "cached": True}
-        log(f"[android] note: class cache entry {done} not used ({problem}): compiling afresh")
-        private_cache.discard(done)
-    with private_cache.building(cache, key) as work:  # a failed compile leaves nothing behind
-        record = _compile_into(tc, work, log)
-        private_cache.seal(work, key)
-        try:
-            work.rename(done)
-        except OSError:  # another build of yours sealed the same key first: theirs is as good, if sound
-            if private_cache.check_entry(done, key) is not None:
-                log(f"[android] note: class cache entry {done} appeared unsound while compiling: not cached")
-                scratch = _new_scratch(scratch)
-                shutil.copytree(work, scratch, dirs_exist_ok=True)
-                return scratch / "app", {**record, "cached": False}
-    return done / "app", {**record, "cached": False}
+    made: dict = {}
+
+    def make(folder: Path) -> None:
+        made.update(_compile_into(tc, folder, log))
+
+    folder, reused = private_cache.reuse_or_make(
+        CACHE_NAME, _cache_key(tc), make, lambda m: log(f"[android] note: {m}"),
+        label="class cache", action="compiling", scratch=scratch)
+    record = json.loads((folder / "compile.json").read_text()) if reused else made
+    return folder / "app", {**record, "cached": reused}
 
 
 # ---- fixtures: what the JVM tests compare with (pipeline/stages/parity.py's numbers, PIL's EXIF) ----

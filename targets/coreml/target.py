@@ -241,9 +241,27 @@ def quantize_weights(model):
         return linear_quantize_weights(model, config=config)
 
 
-def save(model, path: Path) -> list[Path]:
-    with quiet():
-        model.save(str(path))
+def convert_all(ctx: BuildContext, dest: Path) -> None:
+    """The fp32, fp16 and int8 packages (PACKAGE_NAMES) in `dest`. The same program, code and
+    coremltools convert to the same packages: reused across builds (conversion_cache); the gates
+    still run on them."""
+    from pipeline.stages.conversion_cache import convert_cached
+
+    def convert_into(folder: Path) -> dict:
+        fp32 = convert(ctx, "fp32")
+        for name, model in {"fp32": fp32, "fp16": convert(ctx, "fp16"), "int8": quantize_weights(fp32)}.items():
+            describe(model, ctx, name)
+            with quiet():
+                model.save(str(folder / PACKAGE_NAMES[name]))
+        return {}
+
+    # describe() records the checkpoint's and the .pt2's sha256: both are inputs
+    inputs = {"program": ctx.program.cache_key, "program_sha256": ctx.program.sha256, "checkpoint": ctx.checkpoint.sha256}
+    convert_cached("coreml-relevance", inputs, ("torch", "coremltools"), convert_into, dest, ctx.log, keep=8)
+
+
+def saved_files(path: Path) -> list[Path]:
+    """The files of a saved package; a package without its model is an ExportError."""
     files = package_files(path)
     if not files or not any(p.name == "model.mlmodel" for p in files):
         raise ExportError(f"{path.name} was not written", "run with --verbose to see coremltools' output")
@@ -268,12 +286,10 @@ class CoremlTarget(Target):
             import coremltools  # noqa: F401
         ctx.log(f"[{self.name}] converting fp32 and fp16 ({DEPLOYMENT_TARGET}, batch 1..{MAX_BATCH}, "
                 f"photos {MIN_SIDE}..{MAX_SIDE} a side, float16 bytes in)")
-        fp32 = convert(ctx, "fp32")
-        models = {"fp32": fp32, "fp16": convert(ctx, "fp16"), "int8": quantize_weights(fp32)}
+        convert_all(ctx, ctx.staging)
         variants = []
-        for name, model in models.items():
-            describe(model, ctx, name)
-            files = save(model, ctx.staging / PACKAGE_NAMES[name])
+        for name in PACKAGE_NAMES:
+            files = saved_files(ctx.staging / PACKAGE_NAMES[name])
             budget = size_budget(ctx, name)
             variants.append(Variant(
                 name, files, gate_for(name, budget), budget, primary=name == "fp32", topk_dtype="int32",

@@ -229,6 +229,25 @@ def convert_minilm(variant: str):
                           "run with --verbose; check the coremltools/torch versions") from exc
 
 
+def save_minilm_package(variant: str, dest: Path, log) -> Path:
+    """dest/PACKAGE_FILE, the MiniLM encoder as a CoreML package. It depends on the MiniLM snapshot,
+    not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
+    from pipeline.relevance.text_encoder import model_dir
+    from targets.coreml.target import quiet
+    from pipeline.stages.conversion_cache import convert_cached, folder_digest
+
+    def convert(folder: Path) -> dict:
+        model = convert_minilm(variant)
+        model.short_description = f"all-MiniLM-L6-v2 ({variant}): one query's ids -> unit sentence embedding"
+        with quiet():
+            model.save(str(folder / PACKAGE_FILE))
+        return {}
+
+    convert_cached(f"minilm-coreml-{variant}", {"minilm": folder_digest(model_dir())},
+                   ("torch", "coremltools", "transformers", "sentence-transformers"), convert, dest, log, keep=2)
+    return dest / PACKAGE_FILE
+
+
 def package_structure(package: Path):
     """(what the package declares: inputs, outputs, op counts, compute dtypes; its MilProgram), the
     structural check: anything but input_ids int32 [1, L] -> sentence_embedding is refused."""
@@ -270,7 +289,7 @@ def minilm_metrics(ctx: BuildContext, program) -> dict:
 
 def minilm_encoder(ctx: BuildContext) -> IosEncoder:
     """FP16 when it passes the FP32 cosine gate and LOSSY relevance, else FP32 (LOSSLESS)."""
-    from targets.coreml.target import NOT_APPLE, quiet
+    from targets.coreml.target import NOT_APPLE
     from targets.shared.mobile_contract import tree_bytes
     from targets.text_encoder.target import FP32_COSINE_MIN, _gate
 
@@ -279,10 +298,7 @@ def minilm_encoder(ctx: BuildContext) -> IosEncoder:
         ctx.log(f"query encoder for the iOS app: all-MiniLM-L6-v2 {variant} -> CoreML ({path.name})")
         if path.exists():
             shutil.rmtree(path)
-        model = convert_minilm(variant)
-        model.short_description = f"all-MiniLM-L6-v2 ({variant}): one query's ids -> unit sentence embedding"
-        with quiet():
-            model.save(str(path))
+        save_minilm_package(variant, ctx.staging, ctx.log)
         structure, program = package_structure(path)
         gate = _gate(base, FP32_COSINE_MIN, MINILM_BUDGETS[variant])
         metrics = {**minilm_metrics(ctx, program), "size_bytes": tree_bytes(path)}

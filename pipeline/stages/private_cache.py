@@ -1,4 +1,4 @@
-"""Caches the app stages keep between builds, where only the building user can write them.
+"""Caches the stages keep between builds (Kotlin classes, conversions), where only the building user can write them.
 
 A cache another user can write is a way to run their code: the Kotlin class cache used to live in
 the world-writable $TMPDIR, so classes planted under a broken source's key passed the build. Here:
@@ -26,6 +26,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from pipeline.relevance.digest import sha256_file
 
@@ -164,3 +165,49 @@ def building(cache: Path, key: str):
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+
+
+def new_scratch(scratch: Path | None) -> Path:
+    """A private folder for work kept outside the cache: the caller's (which must not exist yet),
+    or a new temporary one the caller removes."""
+    if scratch is None:
+        return Path(tempfile.mkdtemp(prefix="arrcoc-edge-uncached-"))
+    scratch.mkdir(mode=0o700)
+    return scratch
+
+
+def reuse_or_make(name: str, key: str, make: Callable[[Path], None], note: Callable[[str], None], *,
+                  label: str, action: str, scratch: Path | None = None) -> tuple[Path, bool]:
+    """The entry `key` of the cache `name`, reused when `check_entry` finds it sound, else made by
+    `make(folder)` in a fresh folder, sealed and renamed into place. Returns (folder, reused).
+
+    A cache folder that cannot be trusted, an unsound entry, or an entry another build of the user
+    sealed unsoundly while this one was making it: one `note` naming the reason (`label` names the
+    cache, `action` what `make` does, for the note's wording), and `make` runs outside the cache, in
+    `new_scratch(scratch)`. Never a failure: a cache only saves time."""
+    try:
+        cache = user_cache_dir(name)
+    except CacheUnusable as exc:
+        note(f"{label} not used ({exc}): {action} without it")
+        folder = new_scratch(scratch)
+        make(folder)
+        return folder, False
+    done = cache / key
+    if os.path.lexists(done):
+        problem = check_entry(done, key)
+        if problem is None:
+            return done, True
+        note(f"{label} entry {done} not used ({problem}): {action} afresh")
+        discard(done)
+    with building(cache, key) as work:  # a failed `make` leaves nothing behind
+        make(work)
+        seal(work, key)
+        try:
+            work.rename(done)
+        except OSError:  # another build of the user's sealed the same key first: theirs is as good, if sound
+            if check_entry(done, key) is not None:
+                note(f"{label} entry {done} appeared unsound while {action}: not cached")
+                folder = new_scratch(scratch)
+                shutil.copytree(work, folder, dirs_exist_ok=True)
+                return folder, False
+    return done, False

@@ -1,0 +1,153 @@
+"""The conversion cache (targets/shared/conversion_cache.py): a conversion runs once per key, its
+files and record come back the same on reuse, an unsound entry or an unusable cache folder is a note
+and a fresh conversion, and the key moves with every input, tool version and source file."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.stages import conversion_cache as cc
+from pipeline.stages import private_cache
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(cc.OFF_VARIABLE, raising=False)
+    return tmp_path / "xdg" / "arrcoc-edge" / cc.CACHE_NAME
+
+
+class Converter:
+    """A conversion that writes a file and a folder and records what it made; counts its runs."""
+
+    def __init__(self, payload: bytes = b"converted bytes"):
+        self.runs, self.payload = 0, payload
+
+    def __call__(self, folder: Path) -> dict:
+        self.runs += 1
+        (folder / "model.bin").write_bytes(self.payload)
+        (folder / "pkg").mkdir()
+        (folder / "pkg" / "weights").write_bytes(self.payload * 2)
+        return {"delegation": {"ops": (1, 2)}, "bytes": len(self.payload)}
+
+
+def run(convert, dest: Path, notes: list, inputs=None, **kw) -> dict:
+    dest.mkdir(exist_ok=True)
+    return cc.convert_cached("demo", inputs or {"program": "abc"}, ("numpy",), convert, dest, notes.append, **kw)
+
+
+def test_a_second_conversion_with_the_same_inputs_reuses_the_files_and_record(cache_home, tmp_path):
+    convert, notes = Converter(), []
+    first = run(convert, tmp_path / "a", notes)
+    second = run(convert, tmp_path / "b", notes)
+    assert convert.runs == 1
+    assert first == second == {"delegation": {"ops": [1, 2]}, "bytes": 15}  # as JSON gives it back, both times
+    for dest in ("a", "b"):
+        assert (tmp_path / dest / "model.bin").read_bytes() == b"converted bytes"
+        assert (tmp_path / dest / "pkg" / "weights").read_bytes() == b"converted bytes" * 2
+        assert sorted(p.name for p in (tmp_path / dest).iterdir()) == ["model.bin", "pkg"]  # no cache bookkeeping
+        assert not (tmp_path / dest / "model.bin").is_symlink()
+    assert any("reused" in n for n in notes) and not any("note:" in n for n in notes)
+    entries = [p for p in cache_home.iterdir() if not p.name.endswith(".lock")]
+    assert len(entries) == 1 and entries[0].name.startswith("demo-")
+    assert oct(entries[0].stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_copy_changed_after_the_build_does_not_reach_the_cache(cache_home, tmp_path):
+    convert, notes = Converter(), []
+    run(convert, tmp_path / "a", notes)
+    (tmp_path / "a" / "model.bin").write_bytes(b"edited in the published folder")
+    run(convert, tmp_path / "b", notes)
+    assert (tmp_path / "b" / "model.bin").read_bytes() == b"converted bytes" and convert.runs == 1
+
+
+@pytest.mark.parametrize("change", ["file", "extra", "record"])
+def test_an_entry_changed_after_its_seal_is_a_note_and_a_fresh_conversion(cache_home, tmp_path, change):
+    convert, notes = Converter(), []
+    run(convert, tmp_path / "a", notes)
+    entry = next(p for p in cache_home.iterdir() if p.name.startswith("demo-"))
+    {"file": lambda: (entry / "model.bin").write_bytes(b"planted"),
+     "extra": lambda: (entry / "planted.so").write_bytes(b"x"),
+     "record": lambda: (entry / cc.INFO).write_text(json.dumps({"delegation": "forged"}))}[change]()
+    record = run(convert, tmp_path / "b", notes)
+    assert convert.runs == 2 and record["bytes"] == 15
+    assert (tmp_path / "b" / "model.bin").read_bytes() == b"converted bytes"
+    assert not (tmp_path / "b" / "planted.so").exists()
+    problems = [n for n in notes if n.startswith("note:")]
+    assert len(problems) == 1 and "not used" in problems[0] and "converting afresh" in problems[0]
+
+
+def test_an_unusable_cache_folder_converts_outside_it_and_leaves_no_scratch(tmp_path, monkeypatch):
+    (tmp_path / "xdg").mkdir()
+    (tmp_path / "xdg" / "arrcoc-edge").symlink_to(tmp_path)  # a link on the way: not trusted
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    convert, notes = Converter(), []
+    run(convert, tmp_path / "a", notes)
+    run(convert, tmp_path / "b", notes)
+    assert convert.runs == 2
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["model.bin", "pkg"]
+    assert [n for n in notes if "note:" in n] and all("link" in n for n in notes if "note:" in n)
+    assert not (tmp_path / cc.CACHE_NAME).exists()
+
+
+def test_switched_off_it_converts_every_time_into_the_destination(cache_home, tmp_path, monkeypatch):
+    monkeypatch.setenv(cc.OFF_VARIABLE, "off")
+    convert, notes = Converter(), []
+    run(convert, tmp_path / "a", notes)
+    record = run(convert, tmp_path / "b", notes)
+    assert convert.runs == 2 and record == {"delegation": {"ops": [1, 2]}, "bytes": 15}
+    assert not cache_home.exists()
+
+
+def test_the_key_moves_with_inputs_tools_and_every_source_file(tmp_path, monkeypatch):
+    base = cc.conversion_key("demo", {"program": "abc"}, ("numpy",))
+    assert base == cc.conversion_key("demo", {"program": "abc"}, ("numpy",))
+    assert base != cc.conversion_key("demo", {"program": "abd"}, ("numpy",))
+    assert base != cc.conversion_key("other", {"program": "abc"}, ("numpy",))
+    assert base != cc.conversion_key("demo", {"program": "abc"}, ("numpy", "onnx"))
+    monkeypatch.setattr(cc, "tool_versions", lambda *d: {"numpy": "0.0-other"})
+    assert base != cc.conversion_key("demo", {"program": "abc"}, ("numpy",))
+    monkeypatch.undo()
+    # the code digest covers every .py file of the roots: a change anywhere is a new key
+    root = tmp_path / "code"
+    (root / "deep").mkdir(parents=True)
+    (root / "deep" / "stage.py").write_text("A = 1\n")
+    monkeypatch.setattr(cc, "_CODE_ROOTS", (root,))
+    cc.code_digest.cache_clear()
+    before = cc.conversion_key("demo", {"program": "abc"}, ("numpy",))
+    (root / "deep" / "stage.py").write_text("A = 2\n")
+    cc.code_digest.cache_clear()
+    try:
+        assert cc.conversion_key("demo", {"program": "abc"}, ("numpy",)) != before
+    finally:
+        monkeypatch.undo()
+        cc.code_digest.cache_clear()
+
+
+def test_each_kind_keeps_only_its_most_recently_used_entries(cache_home, tmp_path):
+    notes = []
+    for i in range(4):
+        run(Converter(), tmp_path / f"d{i}", notes, inputs={"program": str(i)}, keep=2)
+    assert len(list(cache_home.glob("demo-*"))) == 2
+    runs = {}
+    for i in (3, 2, 0):  # the newest two are reused; the oldest was forgotten
+        again = Converter()
+        run(again, tmp_path / f"again{i}", notes, inputs={"program": str(i)}, keep=2)
+        runs[i] = again.runs
+    assert runs == {3: 0, 2: 0, 0: 1}
+
+
+def test_private_cache_reuse_or_make_runs_make_once_per_key(cache_home, tmp_path):
+    made = []
+
+    def make(folder: Path) -> None:
+        made.append(folder)
+        (folder / "out.txt").write_text("made")
+
+    first, reused_first = private_cache.reuse_or_make("demo-cache", "k1", make, print, label="demo", action="making")
+    second, reused_second = private_cache.reuse_or_make("demo-cache", "k1", make, print, label="demo", action="making")
+    assert (reused_first, reused_second) == (False, True) and first == second and len(made) == 1
+    assert (second / "out.txt").read_text() == "made"
