@@ -181,7 +181,7 @@ class SwallowedInterrupt:
     Python drops it ("Exception ignored in ..."), as it did in torch's WeakIdKeyDictionary callback."""
 
     def __del__(self):
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # to this thread (os.kill may land on another one)
         for _ in range(1000):  # the handler runs at the next bytecode boundary, still inside __del__
             pass
 
@@ -259,7 +259,7 @@ def test_a_ctrl_c_while_writing_leaves_the_previous_file_or_none(earlier, tmp_pa
     def write(f):
         f.write(b"half of a new file")
         f.flush()
-        os.kill(os.getpid(), signal.SIGINT)  # Python's own handler: KeyboardInterrupt right here
+        signal.raise_signal(signal.SIGINT)  # this thread, Python's own handler: KeyboardInterrupt right here
         for _ in range(1000):
             pass
         f.write(b"never written")
