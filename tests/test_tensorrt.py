@@ -157,8 +157,9 @@ def test_parser_rejection_names_the_node(make_ctx):
 
 
 def test_missing_backend_is_one_line_and_publishes_nothing(trt_out, tmp_path):
-    """Both backend modules blocked: the CLI prints a MissingExtraError line; the previously
-    published plan in the out dir is untouched."""
+    """Both backend modules blocked: the CLI prints a MissingExtraError line before any stage runs
+    (not after building onnx and onnx-int8 for it); the previously published plan in the out dir
+    is untouched."""
     out = tmp_path / "out"
     shutil.copytree(trt_out, out)
     plan = next((out / "tensorrt").glob("*.plan"))
@@ -172,6 +173,7 @@ def test_missing_backend_is_one_line_and_publishes_nothing(trt_out, tmp_path):
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "missing dependency" in ln]
     assert len(lines) == 1 and "tensorrt_rtx_bindings (or tensorrt)" in lines[0] and ".[tensorrt]" in lines[0], proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+    assert "[onnx] building" not in proc.stdout, "the missing backend was found only after the stages it needs"
     assert (plan.read_bytes(), (out / "manifest.json").read_text()) == before
 
 

@@ -258,6 +258,9 @@ def _interrupted(out: Path, published_before: str | None, why: str) -> BuildInte
 
 
 def _build_locked(order, checkpoint, out, log, strict, started, options, requested) -> BuildResult:
+    if strict:  # a missing extra ends the build before the minutes its other stages take, not after
+        for target in order:
+            target.require()
     log(f"loading checkpoint {checkpoint}")
     ckpt = load_checkpoint(checkpoint, grid=options.get("grid"), top_k=options.get("top_k"))
     cfg = ckpt.config
