@@ -121,7 +121,13 @@ def test_the_key_moves_with_inputs_tools_and_every_source_file(tmp_path, monkeyp
     (root / "deep" / "stage.py").write_text("A = 2\n")
     cc.code_digest.cache_clear()
     try:
-        assert cc.conversion_key("demo", {"program": "abc"}, ("numpy",)) != before
+        changed = cc.conversion_key("demo", {"program": "abc"}, ("numpy",))
+        assert changed != before
+        # an installed package's bundled data (the checkout's web/ and mobile/) is not our code
+        (root / "bundled" / "mobile").mkdir(parents=True)
+        (root / "bundled" / "mobile" / "helper.py").write_text("print('not a module of ours')\n")
+        cc.code_digest.cache_clear()
+        assert cc.conversion_key("demo", {"program": "abc"}, ("numpy",)) == changed
     finally:
         monkeypatch.undo()
         cc.code_digest.cache_clear()

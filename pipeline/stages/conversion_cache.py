@@ -40,10 +40,14 @@ _CODE_ROOTS = tuple(install.ROOT / name for name in install.PACKAGES)
 
 @functools.cache
 def code_digest() -> str:
-    """sha256 over this project's own Python source (pipeline/ and targets/), path and bytes."""
+    """sha256 over this project's own Python modules (pipeline/ and targets/), path and bytes: the
+    same in a checkout and in the package installed from it (whose `bundled/` data folders, the
+    checkout's web/ and mobile/, are not modules of ours)."""
     h = hashlib.sha256()
     for root in _CODE_ROOTS:
         for path in sorted(root.rglob("*.py")):
+            if path.relative_to(root).parts[0] == "bundled":
+                continue
             h.update(f"\0{root.name}/{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
     return h.hexdigest()
 
@@ -97,7 +101,7 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
 
 def _forget_old(cache: Path, kind: str, keep: int) -> None:
     """Remove all but the `keep` most recently used entries of `kind` (never a link's target)."""
-    entries = [p for p in cache.glob(f"{kind}-*") if not p.name.startswith(".") and not p.is_symlink()]
+    entries = [p for p in cache.iterdir() if p.name.rsplit("-", 1)[0] == kind and not p.is_symlink()]
     entries.sort(key=lambda p: p.lstat().st_mtime, reverse=True)
     for old in entries[keep:]:
         private_cache.discard(old)

@@ -251,13 +251,18 @@ def convert_all(ctx: BuildContext, dest: Path) -> None:
         fp32 = convert(ctx, "fp32")
         for name, model in {"fp32": fp32, "fp16": convert(ctx, "fp16"), "int8": quantize_weights(fp32)}.items():
             describe(model, ctx, name)
-            with quiet():
-                model.save(str(folder / PACKAGE_NAMES[name]))
+            save(model, folder / PACKAGE_NAMES[name])
         return {}
 
     # describe() records the checkpoint's and the .pt2's sha256: both are inputs
     inputs = {"program": ctx.program.cache_key, "program_sha256": ctx.program.sha256, "checkpoint": ctx.checkpoint.sha256}
     convert_cached("coreml-relevance", inputs, ("torch", "coremltools"), convert_into, dest, ctx.log, keep=8)
+
+
+def save(model, path: Path) -> list[Path]:
+    with quiet():
+        model.save(str(path))
+    return saved_files(path)
 
 
 def saved_files(path: Path) -> list[Path]:
