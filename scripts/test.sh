@@ -5,7 +5,8 @@
 # Other arguments go to pytest (e.g. tests/test_model.py -k topk). Two xdist workers, one test
 # file per worker at a time (--dist loadfile: a file's module fixtures are made once), builds
 # shared across files and workers (tests/conftest.py); ARRCOC_TEST_WORKERS=0 runs in one process.
-# Ends with the 15 slowest tests and the wall time (issue 44).
+# Ends with the 15 slowest tests and the wall time (issue 44). The heaviest files start first, by
+# tests/durations.json; ARRCOC_RECORD_DURATIONS=1 rewrites it from the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ARRCOC_SKIP_SETUP=1 (`invoke test`, run from a ready .venv) skips the set-up step
@@ -20,7 +21,7 @@ fi
 workers="${ARRCOC_TEST_WORKERS:-2}"
 started=$(date +%s)
 status=0
-.venv/bin/python -m pytest -q -n "$workers" --dist loadfile --durations=15 "${select[@]}" "$@" || status=$?
+.venv/bin/python -m pytest -q -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "${select[@]}" "$@" || status=$?
 took=$(( $(date +%s) - started ))
 echo "wall time: $(( took / 60 )) min $(( took % 60 )) s for the tests (pytest exit $status)"
 exit "$status"

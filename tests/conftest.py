@@ -88,6 +88,39 @@ def make_ctx(loaded, exported, golden, tmp_path):
     return make
 
 
+_signals_after_last_test: list = []  # [(test id, state)] of this worker's previous test
+
+
+def _signal_state():
+    import signal
+
+    return ({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
+            signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found(request):
+    """A test that changes the process's SIGINT/SIGTERM handlers or blocked signals must put them
+    back: a later test in the same worker would see Ctrl-C do something else (a test-order failure
+    that names the wrong test). Fails the test that left them changed, and restores them; a change
+    made between two tests (a module or session fixture) fails the next test, naming the previous."""
+    import signal
+
+    before = _signal_state()
+    if _signals_after_last_test and _signals_after_last_test[-1][1] != before:
+        previous = _signals_after_last_test[-1][0]
+        pytest.fail(f"SIGINT/SIGTERM handlers or mask changed between {previous} and this test (a fixture's "
+                    f"setup or teardown): {_signals_after_last_test[-1][1]} -> {before}", pytrace=False)
+    yield
+    after = _signal_state()
+    _signals_after_last_test[:] = [(request.node.nodeid, before)]
+    if after != before:
+        for sig, handler in before[0].items():
+            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before[1])
+        pytest.fail(f"the test left the signal handlers or mask changed: {before} -> {after}", pytrace=False)
+
+
 def run_cli(*args: str, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `invoke ARGS` in the repo with the venv's interpreter; returns the finished process."""
     cmd = [sys.executable, "-m", "invoke", *args]
@@ -184,6 +217,19 @@ def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
                        done["stderr"])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_user_cache(tmp_path_factory):
+    """The user's cache (Kotlin classes, conversions: pipeline/stages/private_cache.py) is this test
+    session's own, shared by its workers and builds: the first build converts and later ones reuse,
+    as on a user's machine, and nothing of an earlier run or of the developer's ~/.cache is used, so
+    the suite does and times what CI's clean machine does. A test that needs another cache sets
+    XDG_CACHE_HOME itself (monkeypatch restores this one)."""
+    folder = session_root(tmp_path_factory) / "user-cache"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def shared_build(tmp_path_factory):
     """shared_build(targets, *extra_args) -> SharedBuild, made once per session (see the module doc)."""
@@ -229,10 +275,42 @@ BUILD_FIXTURES = frozenset({"shared_build", "onnx_build", "android_build", "ios_
                             "published_with_encoder"})
 
 
+# Seconds each test file took in a whole run (setup included), written by
+# `ARRCOC_RECORD_DURATIONS=1 bash scripts/test.sh`. The heaviest files start first: with one file per
+# worker at a time (--dist loadfile), a long file started last is a tail one worker runs alone.
+DURATIONS = Path(__file__).with_name("durations.json")
+UNKNOWN_FILE_SECONDS = 30.0  # a file not in DURATIONS yet (a new one)
+
+
+def file_seconds() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if BUILD_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+    seconds = file_seconds()
+    # a stable sort: each file's tests stay together and in their order (scripts/test.sh passes
+    # --no-loadscope-reorder so xdist keeps this order rather than its own, by test count)
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNKNOWN_FILE_SECONDS))
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Per file: setup, call and teardown seconds of every test (in the xdist controller: all workers')."""
+    file = report.nodeid.split("::")[0]
+    _measured[file] = _measured.get(file, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("ARRCOC_RECORD_DURATIONS") and not os.environ.get("PYTEST_XDIST_WORKER") and _measured:
+        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_measured.items())}, indent=1) + "\n")
 
 
 @pytest.fixture(scope="session")
