@@ -170,15 +170,15 @@ def lower_pte(program, path: Path) -> Path:
 def convert_minilm_pte(variant: str, dest: Path, log) -> Path:
     """dest/ENCODER_FILE: the one-query MiniLM encoder lowered to ExecuTorch. It depends on the
     MiniLM snapshot, not on the checkpoint: lowered once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.relevance.text_encoder import model_dir
+    from pipeline.stages.conversion_cache import convert_cached
     from targets.executorch import LOWERING_TOOLS
-    from pipeline.stages.conversion_cache import convert_cached, folder_digest
+    from targets.text_encoder.target import minilm_inputs
 
     def convert(folder: Path) -> dict:
         lower_pte(export_minilm(variant), folder / ENCODER_FILE)
         return {}
 
-    convert_cached(f"minilm-pte-{variant}", {"minilm": folder_digest(model_dir())},
+    convert_cached(f"minilm-pte-{variant}", minilm_inputs(),
                    (*LOWERING_TOOLS, "transformers", "sentence-transformers"), convert, dest, log, keep=2)
     return expect_file(dest / ENCODER_FILE, "query encoder .pte")
 

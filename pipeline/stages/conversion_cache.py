@@ -15,7 +15,7 @@ Python version, and the source of this project's own code (every .py file under 
 targets/: any change of ours makes new keys). Entries are pipeline/stages/private_cache.py's checked
 and sealed folders, `<user cache>/arrcoc-edge/conversions/<kind>-<key>`, so nothing another user
 can write is used; each kind keeps its few most recently used entries (the MiniLM ones are
-100-150 MB each). ARRCOC_CONVERSION_CACHE=off converts every time.
+45-110 MB each). ARRCOC_CONVERSION_CACHE=off converts every time.
 """
 from __future__ import annotations
 

@@ -232,9 +232,9 @@ def convert_minilm(variant: str):
 def save_minilm_package(variant: str, dest: Path, log) -> Path:
     """dest/PACKAGE_FILE, the MiniLM encoder as a CoreML package. It depends on the MiniLM snapshot,
     not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.relevance.text_encoder import model_dir
+    from pipeline.stages.conversion_cache import convert_cached
     from targets.coreml.target import quiet
-    from pipeline.stages.conversion_cache import convert_cached, folder_digest
+    from targets.text_encoder.target import minilm_inputs
 
     def convert(folder: Path) -> dict:
         model = convert_minilm(variant)
@@ -243,7 +243,7 @@ def save_minilm_package(variant: str, dest: Path, log) -> Path:
             model.save(str(folder / PACKAGE_FILE))
         return {}
 
-    convert_cached(f"minilm-coreml-{variant}", {"minilm": folder_digest(model_dir())},
+    convert_cached(f"minilm-coreml-{variant}", minilm_inputs(),
                    ("torch", "coremltools", "transformers", "sentence-transformers"), convert, dest, log, keep=2)
     return dest / PACKAGE_FILE
 

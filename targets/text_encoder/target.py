@@ -18,6 +18,7 @@ Verification, in onnxruntime:
 """
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -123,19 +124,28 @@ def export_fp32(path: Path, log) -> Path:
 def convert_minilm_onnx(dest: Path, log) -> tuple[Path, Path]:
     """text_encoder.onnx and text_encoder.int8.onnx in `dest`. They depend on the MiniLM snapshot,
     not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.relevance.text_encoder import model_dir
-    from pipeline.stages.conversion_cache import convert_cached, folder_digest
+    from pipeline.stages.conversion_cache import convert_cached
 
     def convert(folder: Path) -> dict:
         quantize_int8(export_fp32(folder / "text_encoder.onnx", log), folder / "text_encoder.int8.onnx", log)
         return {}
 
-    convert_cached("minilm-onnx", {"minilm": folder_digest(model_dir())}, MINILM_TOOLS, convert, dest, log, keep=2)
+    convert_cached("minilm-onnx", minilm_inputs(), MINILM_TOOLS, convert, dest, log, keep=2)
     return (expect_file(dest / "text_encoder.onnx", "text encoder ONNX"),
             expect_file(dest / "text_encoder.int8.onnx", "text encoder INT8 ONNX"))
 
 
 MINILM_TOOLS = ("torch", "onnx", "onnxscript", "onnxruntime", "transformers", "sentence-transformers")
+
+
+@functools.cache
+def minilm_inputs() -> dict[str, str]:
+    """What every MiniLM conversion reads (the conversion cache's `inputs`): the snapshot's bytes,
+    hashed once per process (88 MB, 0.3 s; a mobile build converts MiniLM up to four times)."""
+    from pipeline.relevance.text_encoder import model_dir
+    from pipeline.stages.conversion_cache import folder_digest
+
+    return {"minilm": folder_digest(model_dir())}
 MATMUL_BLOCK = 16  # weights per MatMulNBits scale (see quantize_int8)
 
 
