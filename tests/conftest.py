@@ -276,7 +276,7 @@ BUILD_FIXTURES = frozenset({"shared_build", "onnx_build", "android_build", "ios_
 
 
 # Seconds each test file took in a whole run (setup included), written by
-# `ARRCOC_RECORD_DURATIONS=1 bash scripts/test.sh`. The heaviest files start first: with one file per
+# `ARRCOC_RECORD_DURATIONS=1 bash scripts/test.sh` (a run of some files updates only theirs). The heaviest files start first: with one file per
 # worker at a time (--dist loadfile), a long file started last is a tail one worker runs alone.
 DURATIONS = Path(__file__).with_name("durations.json")
 UNKNOWN_FILE_SECONDS = 30.0  # a file not in DURATIONS yet (a new one)
@@ -310,7 +310,9 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("ARRCOC_RECORD_DURATIONS") and not os.environ.get("PYTEST_XDIST_WORKER") and _measured:
-        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_measured.items())}, indent=1) + "\n")
+        # merged: a run of some files updates theirs and keeps the others' figures
+        merged = {**file_seconds(), **{k: round(v, 1) for k, v in _measured.items()}}
+        DURATIONS.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
 @pytest.fixture(scope="session")
