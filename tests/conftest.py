@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,8 +202,10 @@ def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
     from mobile_build import seed_user_files
 
     entry = root / f"{targets.replace(',', '+')}-{build_key(targets, extra)}"
+    timeline("build-wait", build=entry.name)
     with FileLock(str(entry) + ".lock"):
         record = entry / "build.json"
+        timeline("build-lock", build=entry.name, reused=record.is_file())
         if not record.is_file():
             entry.mkdir()
             android, ios = entry / "android-app" / "assets", entry / "ios-app" / "Resources"
@@ -212,6 +215,7 @@ def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
                            env={"ARRCOC_ANDROID_APP_DIR": str(android), "ARRCOC_IOS_APP_DIR": str(ios)})
             record.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
         done = json.loads(record.read_text())
+    timeline("build-done", build=entry.name)
     assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
     return SharedBuild(entry / "out", entry / "android-app" / "assets", entry / "ios-app" / "Resources", done["stdout"],
                        done["stderr"])
@@ -301,6 +305,62 @@ def pytest_collection_modifyitems(config, items):
 
 _measured: dict[str, float] = {}
 
+# ARRCOC_TIMELINE=FILE: one JSON line per event (a test's start and end per worker, a shared build's
+# wait, lock and end, the host's CPU busy fraction every 2 s), for seeing where a whole run's wall
+# time goes (scripts/timeline.py reads it). Lines are appended with one write each (O_APPEND).
+TIMELINE = os.environ.get("ARRCOC_TIMELINE")
+
+
+def timeline(event: str, **fields) -> None:
+    if TIMELINE:
+        line = json.dumps({"t": round(time.time(), 3), "w": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                           "ev": event, **fields}) + "\n"
+        fd = os.open(TIMELINE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+_relays_only: list[bool] = []  # this process is xdist's controller, which relays its workers' reports
+
+
+def pytest_configure(config):
+    _relays_only[:] = [not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))]
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if not any(_relays_only):
+        timeline("start", id=nodeid)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if not any(_relays_only):
+        timeline("end", id=nodeid)
+
+
+def _sample_cpu(stop) -> None:
+    """The share of all cores busy since the last sample (from /proc/stat), every 2 s until `stop`."""
+    def read():
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    last = read()
+    while not stop.wait(2.0):
+        now = read()
+        total, idle = now[0] - last[0], now[1] - last[1]
+        timeline("cpu", busy=round(1 - idle / total, 3) if total else 0.0, cores=os.cpu_count())
+        last = now
+
+
+def pytest_sessionstart(session):
+    if TIMELINE and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import threading
+
+        stop = threading.Event()
+        threading.Thread(target=_sample_cpu, args=(stop,), daemon=True).start()
+        session.config._timeline_stop = stop
+
 
 def pytest_runtest_logreport(report):
     """Per file: setup, call and teardown seconds of every test (in the xdist controller: all workers')."""
@@ -309,6 +369,8 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if getattr(session.config, "_timeline_stop", None):
+        session.config._timeline_stop.set()
     if os.environ.get("ARRCOC_RECORD_DURATIONS") and not os.environ.get("PYTEST_XDIST_WORKER") and _measured:
         # merged: a run of some files updates theirs and keeps the others' figures
         merged = {**file_seconds(), **{k: round(v, 1) for k, v in _measured.items()}}
