@@ -170,9 +170,8 @@ def lower_pte(program, path: Path) -> Path:
 def convert_minilm_pte(variant: str, dest: Path, log) -> Path:
     """dest/ENCODER_FILE: the one-query MiniLM encoder lowered to ExecuTorch. It depends on the
     MiniLM snapshot, not on the checkpoint: lowered once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.stages.conversion_cache import convert_cached
     from targets.executorch import LOWERING_TOOLS
-    from targets.text_encoder.target import minilm_inputs
+    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:
         lower_pte(export_minilm(variant), folder / ENCODER_FILE)
@@ -193,7 +192,7 @@ def minilm_ids(text: str) -> list[int]:
 def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
     """The text-encoder target's numbers for the .pte: cosine to the Python encoder on SENTENCES,
     and relevance parity on the held-out photos, each golden sentence through the .pte."""
-    from pipeline.relevance.text_encoder import embed
+    from pipeline.stages.sentences import cached_minilm_embed as embed
     from targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
     method = _method(path)

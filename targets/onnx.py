@@ -21,7 +21,8 @@ class OnnxTarget(Target):
     capability = "cpu (onnxruntime)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:
-        path = onnx_common.export_onnx(ctx.program.load(), ctx.config, ctx.staging / "model.onnx", ctx.log)
+        path = onnx_common.export_onnx_cached(ctx.program.load, {"program": ctx.program.cache_key}, ctx.config,
+                                              ctx.staging / "model.onnx", ctx.log)
         budget = size_budget(ctx)
         gate = Gate({**LOSSLESS.maxima, "size_bytes": budget}, LOSSLESS.minima, LOSSLESS.tie_tolerance)
         return [Variant("fp32", [path], gate, budget, primary=True, info={"opset": _opset(path)})]

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.stages import conversion_cache as cc
@@ -157,3 +158,39 @@ def test_private_cache_reuse_or_make_runs_make_once_per_key(cache_home, tmp_path
     second, reused_second = private_cache.reuse_or_make("demo-cache", "k1", make, print, label="demo", action="making")
     assert (reused_first, reused_second) == (False, True) and first == second and len(made) == 1
     assert (second / "out.txt").read_text() == "made"
+
+
+def test_sentence_embeddings_come_back_bit_for_bit_and_are_computed_once(cache_home, monkeypatch):
+    """The golden set's and the encoder gates' Python reference embeddings (sentences.cached_minilm_embed)
+    equal text_encoder.embed's float32 bytes, from the cache as from the encoder; a new list of
+    texts is a new entry."""
+    from pipeline.relevance import text_encoder
+    from pipeline.stages import sentences
+
+    calls = []
+    real = text_encoder.embed
+    monkeypatch.setattr(text_encoder, "embed", lambda texts: calls.append(list(texts)) or real(texts))
+    texts = ["something red", "猫はどこ?", "the lower half"]
+    first, second = sentences.cached_minilm_embed(texts), sentences.cached_minilm_embed(texts)
+    assert calls == [texts]
+    expected = real(texts)
+    assert first.dtype == second.dtype == np.float32 and first.tobytes() == second.tobytes() == expected.tobytes()
+    # a batch's padding moves the last bits, so another list is another entry, not rows of this one
+    assert sentences.cached_minilm_embed(texts[:2]).tobytes() == real(texts[:2]).tobytes() and len(calls) == 2
+    assert len([p for p in cache_home.iterdir() if p.name.startswith("minilm-embeddings-")]) == 2
+
+
+def test_an_onnx_export_is_reused_per_program_and_form(cache_home, tmp_path, loaded, exported, monkeypatch):
+    """onnx_common.export_onnx_cached exports once per (program, form): the second build's
+    model.onnx is the first's bytes, and another form is another export."""
+    from targets.shared import onnx_common
+
+    exports = []
+    real = onnx_common.export_onnx
+    monkeypatch.setattr(onnx_common, "export_onnx", lambda *a: exports.append(a[2].name) or real(*a))
+    paths = [onnx_common.export_onnx_cached(exported.load, {"program": exported.cache_key}, loaded.config,
+                                            tmp_path / name / "model.onnx", lambda m: None) for name in ("a", "b")]
+    assert exports == ["model.onnx"] and paths[0].read_bytes() == paths[1].read_bytes()
+    onnx_common.export_onnx_cached(exported.load, {"program": exported.cache_key, "form": "direct"}, loaded.config,
+                                   tmp_path / "c" / "model.onnx", lambda m: None)
+    assert exports == ["model.onnx", "model.onnx"]

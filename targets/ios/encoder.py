@@ -232,9 +232,8 @@ def convert_minilm(variant: str):
 def save_minilm_package(variant: str, dest: Path, log) -> Path:
     """dest/PACKAGE_FILE, the MiniLM encoder as a CoreML package. It depends on the MiniLM snapshot,
     not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.stages.conversion_cache import convert_cached
     from targets.coreml.target import quiet
-    from targets.text_encoder.target import minilm_inputs
+    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:
         model = convert_minilm(variant)
@@ -267,7 +266,7 @@ def package_structure(package: Path):
 
 def minilm_metrics(ctx: BuildContext, program) -> dict:
     """The text-encoder target's numbers for the package, through the MIL evaluator."""
-    from pipeline.relevance.text_encoder import embed
+    from pipeline.stages.sentences import cached_minilm_embed as embed
     from targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
     def run(text: str) -> np.ndarray:

@@ -241,8 +241,9 @@ def other_form_fp32(ctx: BuildContext, form: str) -> Path:
     scratch = ctx.staging / ".candidates"
     scratch.mkdir(exist_ok=True)
     ctx.log(f"[onnx-int8] exporting the {form}-form FP32 model to quantise")
-    program = export_form(ctx.checkpoint.model, form)
-    return onnx_common.export_onnx(program, ctx.config, scratch / f"fp32-{form}.onnx", ctx.log)
+    return onnx_common.export_onnx_cached(lambda: export_form(ctx.checkpoint.model, form),
+                                          {"program": ctx.program.cache_key, "form": form}, ctx.config,
+                                          scratch / f"fp32-{form}.onnx", ctx.log)
 
 
 def upstream_fp32(ctx: BuildContext) -> Path:

@@ -114,7 +114,9 @@ def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES, fallback_split=
     except ImportError as exc:
         return {"source": None, "items": [], "note": f"no presets: pipeline.relevance.text_encoder unavailable ({exc})"}
     try:
-        vectors = text_encoder.embed(list(sentences))
+        from pipeline.stages.sentences import cached_minilm_embed
+
+        vectors = cached_minilm_embed(list(sentences))
     except Exception as exc:  # noqa: BLE001 - a missing model/extra must not fail the mobile build
         return {"source": None, "items": [], "note": f"no presets: text encoder failed ({type(exc).__name__}: {exc})"}
     if vectors.shape[1] != cfg.query_dim:

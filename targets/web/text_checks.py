@@ -124,7 +124,7 @@ def _page_embeddings(session: "PageSession", strings: list[str], batch: int = 1)
 
 
 def _minilm_embeddings_in_browser(session: "PageSession", strings: list[str]) -> tuple[dict, dict]:
-    from pipeline.relevance.text_encoder import embed
+    from pipeline.stages.sentences import cached_minilm_embed as embed
 
     single, timing = _page_embeddings(session, strings, 1)
     batched, _ = _page_embeddings(session, strings, 8)
