@@ -108,8 +108,8 @@ def test_the_installed_command_has_help_and_exit_codes(venv, tmp_path):
     assert build.returncode != 0 and "pip install 'arrcoc-edge[build" in build.stderr, build.stderr
 
 
-def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(venv, tmp_path, android_build,
-                                                                               ios_build):
+def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(venv, tmp_path, ios_build,
+                                                                               android_build):
     """`arrcoc-edge build --target android,ios` from the installed package (the build extras from this
     checkout's .venv, appended to the venv's path): the app sources come from the package's bundled
     copy, the bundles are published under --out and nothing is written into site-packages (there is
@@ -117,7 +117,9 @@ def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(
     iOS's runs from the bundled sources where this host has Swift. android/contract.json is byte for
     byte the checkout's build of the same checkpoint (issue 43 finding 7: two builds of one checkpoint
     write one contract); ios/contract.json is too, but for the .mlpackage hashes (coremltools writes
-    fresh UUIDs and map orders: docs/guarantees.md, "Reproducible bytes"). ~7 min: a real android+ios build."""
+    fresh UUIDs and map orders: docs/guarantees.md, "Reproducible bytes"). ~7 min: a real android+ios build.
+    ios_build is asked for first: this file starts beside test_android.py, whose worker makes the
+    android build, so this worker makes the ios one meanwhile instead of waiting on a lock."""
     site = next((venv / "lib").glob("python3.*/site-packages"))
     checkout_site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
     (site / "zz-build-extras.pth").write_text(f"{checkout_site}\n")  # after the venv's own packages
