@@ -87,12 +87,15 @@ def test_swift_core_compiled_and_its_tests_passed_in_the_build(built):
 
 
 def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
-    """A second real `swift test` on the published app copy; Swift's own numbers (its report) against
+    """A second real `swift test` on the published app copy (in the chroot from the shared build's
+    products of the same sources: SwiftBuilds); Swift's own numbers (its report) against
     pipeline/stages/parity.py recomputed here from the arrays in core_checks, and PIL's exif_transpose."""
     from pipeline.stages.parity import parity_metrics
     from targets.ios import app as ios_app
 
-    swift_or_fail(ios_app.build_and_test(built[1], keep_report=tmp_path))
+    record = swift_or_fail(ios_app.build_and_test(built[1], keep_report=tmp_path))
+    if ios_app.Swift.find()[0].chroot is not None:  # the shared build compiled these very sources first
+        assert record["products"].startswith("an earlier run's"), record["products"]
     index, data = ios_app.read_bundle(built[1], contract["app"]["core_checks"])
     _, expected, _ = ios_app.golden_outputs(built[1], contract)
     swift = {c["name"]: c for c in json.loads((tmp_path / "parity.json").read_text())}
@@ -122,7 +125,9 @@ def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
 @pytest.mark.parametrize("broken", ["compile", "metric"])
 def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
     """A compile error or a Swift metric that drifts from pipeline/stages/parity.py raises GateError (the
-    stage fails, nothing published): the real compiler and tests on a broken copy of the package."""
+    stage fails, nothing published): the real compiler and tests on a broken copy of the package,
+    with the shared build's products of the good sources kept in the chroot (SwiftBuilds: a changed
+    source is another key, so they are never used for it)."""
     from pipeline.errors import GateError
     from targets.ios import app as ios_app
 
@@ -137,8 +142,11 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
     assert text != parity.read_text()
     parity.write_text(text)
     monkeypatch.setattr(ios_app, "PACKAGE", copy)
-    if ios_app.Swift.find()[0] is None:
+    swift = ios_app.Swift.find()[0]
+    if swift is None:
         pytest.fail(f"iOS core not compiled/tested: {ios_app.Swift.find()[1]}", pytrace=False)
+    if swift.chroot is not None:  # the good sources' products are there to take, and must not be taken
+        assert any((swift.chroot / ios_app.BUILDS_IN_CHROOT.lstrip("/")).iterdir())
     with pytest.raises(GateError) as err:
         ios_app.build_and_test(built[1])
     assert ("error:" if broken == "compile" else "testMetricsAndVerdictsEqualPipelineParity") in err.value.problem

@@ -219,14 +219,41 @@ def _ptl(ckpt, folder):
     return lambda img, q: list(runner.run({"image": img.numpy(), "query": q.numpy()}).values())
 
 
+def _published(target: str):
+    """The session's published FP32 file of `target` for the shipped checkpoint, through the runner
+    `invoke predict` uses (its 16G method too): the artifact users get, not a lowering of our own."""
+    def make(out):
+        import json
+
+        from targets import TARGETS
+
+        entry = json.loads((out / "manifest.json").read_text())["targets"][target]
+        runner = TARGETS[target].published_runner(out, entry, "fp32")
+        return lambda img, q: list(runner.run({"image": img.numpy(), "query": q.numpy()}).values())
+
+    return make
+
+
+# Per artifact: how the reference-layout checkpoint's is made here, and the shared build whose
+# published file stands for the shipped checkpoint's (None: made here too; the onnx export is cheap).
+ARTIFACTS = {"onnx": (_onnx, None), "ptl": (_ptl, "executorch,ptl"), "executorch-fp32": (_executorch, "executorch,ptl")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("artifact", [_onnx, _ptl, _executorch], ids=["onnx", "ptl", "executorch-fp32"])
+@pytest.mark.parametrize("artifact", list(ARTIFACTS))
 @pytest.mark.parametrize("which", ["shipped", "reference-layout"])
-def test_lossless_artifacts_equal_the_reference(artifact, which, checkpoint_path, reference_checkpoint_path, tmp_path):
+def test_lossless_artifacts_equal_the_reference(artifact, which, checkpoint_path, reference_checkpoint_path, tmp_path,
+                                                shared_build):
     """The whole chain, artifact -> reference, in each artifact's real runtime at batch 1, on 16G
     crops and every whole photo: ours at G=14/K=64 (D=384), the reference's at G=32/K=200 (D=2048).
+    The shipped checkpoint's .pte and .ptl are the published ones (test_executorch_ptl.py's build).
     (The browser, CoreML and TensorRT checks live with their targets' tests.)"""
     ckpt = load_checkpoint(checkpoint_path if which == "shipped" else reference_checkpoint_path)
     images, queries = _photos(ckpt.config, crops=4)
-    got, oracle = _model_and_oracle(ckpt, images, queries, run=artifact(ckpt, tmp_path))
+    make, build = ARTIFACTS[artifact]
+    if which == "shipped" and build:
+        run = _published(artifact.split("-")[0])(shared_build(build).out)
+    else:
+        run = make(ckpt, tmp_path)
+    got, oracle = _model_and_oracle(ckpt, images, queries, run=run)
     _assert_same_outputs(got, oracle, ckpt.config.top_k)
