@@ -470,7 +470,7 @@ def build_and_test(resources: Path, log=lambda s: None, keep_report: Path | None
     swift, why = Swift.find()
     if swift is None:
         return {"status": "not run", "reason": why, "compiler": "", "compiled_against": [],
-                "files_compiled": [], "tests": {"runner": "", "run": 0, "passed": 0, "failed": 0, "names": []},
+                "files_compiled": [], "products": "", "tests": {"runner": "", "run": 0, "passed": 0, "failed": 0, "names": []},
                 "seconds": 0.0, "not_verified": NOT_VERIFIED}
     start = time.monotonic()
     work = swift.workdir()
