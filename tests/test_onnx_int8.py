@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import INT8_AND_ENCODER
 from PIL import Image
 
 pytestmark = pytest.mark.slow
@@ -13,9 +14,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def int8_out(shared_build):
-    """The session's one `invoke build --target onnx-int8` (conftest shared_build, also a part in
+    """The session's one `invoke build --target onnx,onnx-int8,text-encoder` (conftest INT8_AND_ENCODER, also a part in
     test_merge.py): read-only."""
-    return shared_build("onnx-int8").out
+    return shared_build(INT8_AND_ENCODER).out
 
 
 def _manifest(out: Path) -> dict:
@@ -85,7 +86,7 @@ def _snapshot(out: Path) -> tuple:
 
 
 def test_undecodable_calibration_image_publishes_nothing(shared_build, golden, tmp_path, cli):
-    int8_out = shared_build("onnx-int8").copy(tmp_path / "published")  # this test builds into it
+    int8_out = shared_build(INT8_AND_ENCODER).copy(tmp_path / "published")  # this test builds into it
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, 8)
     (folder / "notes.png").write_text("not a picture")
