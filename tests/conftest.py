@@ -377,17 +377,11 @@ def pytest_sessionfinish(session, exitstatus):
         DURATIONS.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
-# The one shared build of the shipped checkpoint's ONNX INT8 and query encoder: read by the int8
-# tests (test_onnx_int8, test_arm64, test_predict, test_sentences, test_merge's second part) and the
-# torch-free inference path (published_with_encoder); one build instead of two (~60 s).
-INT8_AND_ENCODER = "onnx,onnx-int8,text-encoder"
-
-
 @pytest.fixture(scope="session")
 def published_with_encoder(shared_build) -> Path:
     """A folder published by `invoke build --target onnx,onnx-int8,text-encoder` (the shipped
     checkpoint), shared by the tests of the torch-free inference path (issue 42). Read only."""
-    return shared_build(INT8_AND_ENCODER).out
+    return shared_build("onnx,onnx-int8,text-encoder").out
 
 
 def photo_file(folder: Path, name: str = "photo.jpg", size: tuple[int, int] = (1024, 768), seed: int = 0) -> Path:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import INT8_AND_ENCODER
 
 from pipeline.errors import HostCapabilityError
 
@@ -28,10 +27,10 @@ def _emulation_or_skip():
 
 @pytest.fixture(scope="session")
 def int8_out(shared_build):
-    """The session's shared `--target onnx,onnx-int8,text-encoder` build (conftest INT8_AND_ENCODER) (tests/test_onnx_int8.py's too), which ran the
+    """The session's shared `--target onnx-int8` build (tests/test_onnx_int8.py's too), which ran the
     emulated-ARM gate where this host has the emulation root."""
     _emulation_or_skip()
-    build = shared_build(INT8_AND_ENCODER)
+    build = shared_build("onnx-int8")
     BUILD_STDOUT.append(build.stdout)
     return build.out
 

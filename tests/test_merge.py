@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import INT8_AND_ENCODER, REPO, run_cli
+from conftest import REPO, run_cli
 from test_build import generations, snapshot
 
 pytestmark = pytest.mark.slow
@@ -51,9 +51,9 @@ def load(out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def parts(shared_build) -> tuple[Path, Path]:
-    """The session's `--target onnx` and `--target onnx,onnx-int8,text-encoder` builds (conftest
-    shared_build, also read by test_build.py and test_onnx_int8.py); merge only reads its parts."""
-    return shared_build("onnx").out, shared_build(INT8_AND_ENCODER).out
+    """The session's `--target onnx` and `--target onnx-int8` builds (conftest shared_build, also
+    read by test_build.py and test_onnx_int8.py); merge only reads its parts."""
+    return shared_build("onnx").out, shared_build("onnx-int8").out
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def copy_part(src: Path, dest: Path, edit=None) -> Path:
 def test_merge_keeps_each_target_with_its_host_and_parity(packed, merged):
     a, b = packed
     m = load(merged)
-    assert set(m["targets"]) == {"onnx", "onnx-int8", "text-encoder"}
+    assert set(m["targets"]) == {"onnx", "onnx-int8"}
     assert m["checkpoint"]["sha256"] == load(a)["checkpoint"]["sha256"] == load(b)["checkpoint"]["sha256"]
     for name, part in (("onnx", a), ("onnx-int8", b)):
         entry, source = m["targets"][name], load(part)["targets"][name]
@@ -186,7 +186,7 @@ def test_interrupted_merge_leaves_the_output_as_it_was(parts, merged, tmp_path, 
     if state == "old":
         assert snapshot(out) == before
     else:
-        assert set(load(out)["targets"]) == {"onnx", "onnx-int8", "text-encoder"}
+        assert set(load(out)["targets"]) == {"onnx", "onnx-int8"}
     proc = merge(out, *parts)  # the next merge tidies what the killed one left
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(generations(out)) == 1

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import INT8_AND_ENCODER
 from PIL import Image
 
 pytestmark = pytest.mark.slow
@@ -14,9 +13,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def int8_out(shared_build):
-    """The session's one `invoke build --target onnx,onnx-int8,text-encoder` (conftest INT8_AND_ENCODER, also a part in
+    """The session's one `invoke build --target onnx-int8` (conftest shared_build, also a part in
     test_merge.py): read-only."""
-    return shared_build(INT8_AND_ENCODER).out
+    return shared_build("onnx-int8").out
 
 
 def _manifest(out: Path) -> dict:
@@ -86,7 +85,7 @@ def _snapshot(out: Path) -> tuple:
 
 
 def test_undecodable_calibration_image_publishes_nothing(shared_build, golden, tmp_path, cli):
-    int8_out = shared_build(INT8_AND_ENCODER).copy(tmp_path / "published")  # this test builds into it
+    int8_out = shared_build("onnx-int8").copy(tmp_path / "published")  # this test builds into it
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, 8)
     (folder / "notes.png").write_text("not a picture")
@@ -165,11 +164,14 @@ def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
     assert metrics["topk_overlap_mean"] >= 0.98 and metrics["size_bytes"] <= 0.35 * fp32.stat().st_size
 
 
-def test_bench_times_int8_runtimes(int8_out):
+def test_bench_times_int8_runtimes(shared_build, tmp_path):
     import targets
     from pipeline.frontends.bench import run_bench
 
-    result = run_bench(int8_out, targets.TARGETS, runs=2, batches=(1,), log=lambda m: None)
+    # a copy: bench writes bench.json (which `predict` then picks its runtime by) and the report
+    # into the folder it reads, and the shared build is read by other tests
+    out = shared_build("onnx-int8").copy(tmp_path / "out")
+    result = run_bench(out, targets.TARGETS, runs=2, batches=(1,), log=lambda m: None)
     runtimes = {r["runtime"] for r in result["rows"]}
     for name in ("int8", "fp32-ort", "int8-ort"):
         assert f"onnxruntime {name} (1 thread)" in runtimes

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import INT8_AND_ENCODER, run_cli
+from conftest import run_cli
 from one_line import one_line
 from PIL import Image
 
@@ -320,9 +320,9 @@ def test_a_write_that_fails_leaves_the_previous_heatmap_and_says_so(out, photo, 
 
 @pytest.fixture(scope="module")
 def int8_out(shared_build):
-    """The session's `invoke build --target onnx,onnx-int8,text-encoder` (conftest INT8_AND_ENCODER, also read by
+    """The session's `invoke build --target onnx-int8` (conftest shared_build, also read by
     test_onnx_int8.py and test_merge.py)."""
-    return shared_build(INT8_AND_ENCODER).out
+    return shared_build("onnx-int8").out
 
 
 def test_runtime_onnx_int8_runs_its_int8_model_not_the_first_variant_by_name(int8_out, photo, golden, tmp_path):
