@@ -180,6 +180,7 @@ def test_sentence_embeddings_come_back_bit_for_bit_and_are_computed_once(cache_h
     assert len([p for p in cache_home.iterdir() if p.name.startswith("minilm-embeddings-")]) == 2
 
 
+@pytest.mark.slow  # two real torch.onnx.export runs (~15 s): outside the 3-minute fast tier
 def test_an_onnx_export_is_reused_per_program_and_form(cache_home, tmp_path, loaded, exported, monkeypatch):
     """onnx_common.export_onnx_cached exports once per (program, form): the second build's
     model.onnx is the first's bytes, and another form is another export."""
