@@ -34,6 +34,7 @@ from pipeline.errors import GateError, InputError
 
 from targets.android import app as android_app
 from targets.ios import app as ios_app
+from targets.ios import swift as ios_swift
 from targets.shared import sources
 
 REPO = sources.ROOT  # the checkout (or site-packages): repo_files() paths are relative to it
@@ -246,9 +247,9 @@ def _swift_sources_key() -> str:
 
 
 def run_ios(tokenizer: Path, text_file: Path, max_length: int | None, count: int, log=lambda s: None) -> list[list[int]]:
-    swift, why = ios_app.Swift.find()
+    swift, why = ios_swift.Swift.find()
     if swift is None:
-        raise GateError(f"cannot compile the iOS core: {why}", ios_app.GET_SWIFT)
+        raise GateError(f"cannot compile the iOS core: {why}", ios_swift.GET_SWIFT)
     key = _swift_sources_key()
     with swift.session():
         work = Path(tempfile.mkdtemp(prefix="arrcoc-tokenize-")) if swift.chroot is None else swift.chroot / SWIFT_WORK.lstrip("/")

@@ -285,12 +285,12 @@ def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monk
 
 def swift_chroot() -> Path:
     """The shared setup's chroot (never made or removed here: other builds use it concurrently)."""
-    from targets.ios import app as ios_app
+    from targets.ios import swift as ios_swift
 
-    swift, why = ios_app.Swift.find()
+    swift, why = ios_swift.Swift.find()
     if swift is None or swift.chroot is None:
         pytest.fail(f"no Swift chroot to test: {why or 'this host has a native Swift'}", pytrace=False)
-    return Path(os.path.realpath(ios_app.CHROOT))
+    return Path(os.path.realpath(ios_swift.CHROOT))
 
 
 def mount_ids_under(root: Path) -> set[str]:
@@ -307,12 +307,12 @@ def mount_ids_under(root: Path) -> set[str]:
 def test_a_chroot_named_through_a_link_is_unmounted_after_the_session(tmp_path):
     """ARRCOC_SWIFT_CHROOT spelled through a link: /proc and /dev are mounted for the session and
     gone after it (mountinfo lists the real path; the check compares that)."""
-    from targets.ios import app as ios_app
+    from targets.ios import swift as ios_swift
 
     real = swift_chroot()
     link = tmp_path / "chroot-link"
     link.symlink_to(real)
-    with ios_app.Swift(link).session():
+    with ios_swift.Swift(link).session():
         assert len(mount_ids_under(real)) >= 2, "the session mounted nothing"
     with open(f"{real}.lock", "a") as lock:  # the real chroot's lock: no other session mounts meanwhile
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -323,9 +323,9 @@ SESSION = r'''
 import sys, time
 from pathlib import Path
 from pipeline.errors import GateError
-from targets.ios import app as ios_app
+from targets.ios import swift as ios_swift
 try:
-    with ios_app.Swift(Path(sys.argv[1])).session():
+    with ios_swift.Swift(Path(sys.argv[1])).session():
         print("in", time.time(), flush=True)
         time.sleep(float(sys.argv[2]))
         print("out", time.time(), flush=True)
@@ -394,7 +394,8 @@ BUILD_IN_CHROOT = r'''
 import sys
 from pathlib import Path
 from targets.ios import app as ios_app
-swift = ios_app.Swift.find()[0]
+from targets.ios import swift as ios_swift
+swift = ios_swift.Swift.find()[0]
 with swift.session():
     work = swift.workdir()
     ios_app._stage_package(work, Path(sys.argv[1]))
@@ -423,7 +424,7 @@ def test_a_killed_build_leaves_no_swift_process_compiling(tmp_path):
     import signal
     import time
 
-    from targets.ios import app as ios_app
+    from targets.ios import swift as ios_swift
 
     real = swift_chroot()
     (tmp_path / "resources").mkdir()
@@ -446,5 +447,5 @@ def test_a_killed_build_leaves_no_swift_process_compiling(tmp_path):
     alive = {pid: (Path("/proc") / str(pid) / "comm").read_text().strip()
              for pid, start in processes_in(real).items() if seen.get(pid) == start}
     assert not alive, f"still running in the chroot 2 s after the build was killed: {alive}"
-    with ios_app.Swift(real).session():  # the killed build's mounts: the next session takes them off
+    with ios_swift.Swift(real).session():  # the killed build's mounts: the next session takes them off
         pass

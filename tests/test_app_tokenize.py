@@ -14,7 +14,7 @@ import pytest
 
 from targets import app_tokenize
 from targets.android import app as android_app
-from targets.ios import app as ios_app
+from targets.ios import swift as ios_swift
 from targets.shared import tokenizer_cases
 from tests.one_line import one_line
 
@@ -42,7 +42,7 @@ PLATFORM_DIFFERENCES = {
 def _toolchain_missing(app: str) -> str | None:
     if app == "android":
         return android_app.missing_reason()
-    return ios_app.Swift.find()[1] or None
+    return ios_swift.Swift.find()[1] or None
 
 
 def _invoke(*args: str) -> subprocess.CompletedProcess:

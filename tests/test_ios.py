@@ -93,9 +93,10 @@ def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
     pipeline/stages/parity.py recomputed here from the arrays in core_checks, and PIL's exif_transpose."""
     from pipeline.stages.parity import parity_metrics
     from targets.ios import app as ios_app
+    from targets.ios import swift as ios_swift
 
     record = swift_or_fail(ios_app.build_and_test(built[1], keep_report=tmp_path))
-    if ios_app.Swift.find()[0].chroot is not None:  # the shared build compiled these very sources first
+    if ios_swift.Swift.find()[0].chroot is not None:  # the shared build compiled these very sources first
         assert record["products"].startswith("an earlier run's"), record["products"]
     index, data = ios_app.read_bundle(built[1], contract["app"]["core_checks"])
     _, expected, _ = ios_app.golden_outputs(built[1], contract)
@@ -131,6 +132,7 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
     source is another key, so they are never used for it)."""
     from pipeline.errors import GateError
     from targets.ios import app as ios_app
+    from targets.ios import swift as ios_swift
 
     copy = tmp_path / "ios"
     shutil.copytree(IOS, copy, ignore=shutil.ignore_patterns(".build", "Resources"))
@@ -143,11 +145,11 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
     assert text != parity.read_text()
     parity.write_text(text)
     monkeypatch.setattr(ios_app, "PACKAGE", copy)
-    swift = ios_app.Swift.find()[0]
+    swift = ios_swift.Swift.find()[0]
     if swift is None:
-        pytest.fail(f"iOS core not compiled/tested: {ios_app.Swift.find()[1]}", pytrace=False)
+        pytest.fail(f"iOS core not compiled/tested: {ios_swift.Swift.find()[1]}", pytrace=False)
     if swift.chroot is not None:  # the good sources' products are there to take, and must not be taken
-        assert any((swift.chroot / ios_app.BUILDS_IN_CHROOT.lstrip("/")).iterdir())
+        assert any((swift.chroot / ios_swift.BUILDS_IN_CHROOT.lstrip("/")).iterdir())
     with pytest.raises(GateError) as err:
         ios_app.build_and_test(built[1])
     assert ("error:" if broken == "compile" else "testMetricsAndVerdictsEqualPipelineParity") in err.value.problem

@@ -145,9 +145,9 @@ def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(
     android = manifest["targets"]["android"]["variants"]["app-assets"]["info"]["app_build"]
     assert android["status"] == "not run" and "source checkout" in android["reason"], android
     ios = manifest["targets"]["ios"]["variants"]["app-bundle"]["info"]["app_build"]
-    from targets.ios import app as ios_app
+    from targets.ios import swift as ios_swift
 
-    if ios_app.Swift.find()[0] is not None:  # the bundled Swift sources compiled and their tests ran
+    if ios_swift.Swift.find()[0] is not None:  # the bundled Swift sources compiled and their tests ran
         assert ios["status"] == "passed", ios
 
 

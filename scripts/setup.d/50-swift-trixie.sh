@@ -11,10 +11,10 @@ set -euo pipefail
 if command -v swift >/dev/null && swift --version >/dev/null 2>&1; then
     exit 0
 fi
-# The real path, as targets/ios/app.py uses it: mounts are listed by it, and the lock beside it is
+# The real path, as targets/ios/swift.py uses it: mounts are listed by it, and the lock beside it is
 # one file per real chroot however ARRCOC_SWIFT_CHROOT spells it (a link, a relative path).
 root=$(realpath -m "${ARRCOC_SWIFT_CHROOT:-/var/cache/arrcoc-edge/swift-trixie}")
-marker=$root/.arrcoc-swift-ready     # keep in step with targets/ios/app.py READY_MARKER
+marker=$root/.arrcoc-swift-ready     # keep in step with targets/ios/swift.py READY_MARKER
 if [ -f "$marker" ]; then
     exit 0
 fi
@@ -28,9 +28,9 @@ if ! command -v debootstrap >/dev/null; then
     apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
 
-# The same lock targets/ios/app.py holds while /proc and /dev are mounted in the chroot: nothing
+# The same lock targets/ios/swift.py holds while /proc and /dev are mounted in the chroot: nothing
 # below may delete or populate it while a compile is running in it.
-# Like targets/ios/app.py open_lock: only a regular file of root's, never a link (followed) or a
+# Like targets/ios/swift.py open_lock: only a regular file of root's, never a link (followed) or a
 # FIFO (open would wait forever).
 mkdir -p "$(dirname "$root")"
 lock=$root.lock
