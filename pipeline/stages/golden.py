@@ -20,7 +20,9 @@ why. The reference outputs are computed by the eager PyTorch model in float32.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -144,15 +146,31 @@ class GoldenSet:
         }
 
 
+@functools.lru_cache(maxsize=None)
 def _photo(name: str) -> np.ndarray:
+    """A golden photo, decoded once per process (a build reads several twice) and read-only, so
+    no caller can change what the next golden set sees."""
     if name in ("china", "flower"):
-        from sklearn.datasets import load_sample_image
+        img = _sklearn_sample(name)
+    else:
+        from skimage import data
 
-        return load_sample_image(f"{name}.jpg")
-    from skimage import data
+        img = getattr(data, name)()
+        img = img[0] if isinstance(img, tuple) else img
+    img.setflags(write=False)
+    return img
 
-    img = getattr(data, name)()
-    return img[0] if isinstance(img, tuple) else img
+
+def _sklearn_sample(name: str) -> np.ndarray:
+    """scikit-learn's sample photo `name`, as sklearn.datasets.load_sample_image decodes it (PIL,
+    np.asarray) from the same file, without importing scikit-learn (1.1 s a build) or decoding
+    its other sample too."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("scikit-learn is not installed")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "images" / f"{name}.jpg"
+    with Image.open(path) as opened:
+        return np.asarray(opened)
 
 
 def to_rgb_uint8(img: np.ndarray) -> np.ndarray:
