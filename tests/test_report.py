@@ -228,5 +228,9 @@ def test_report_maps_use_the_page_colours():
     rgb, alpha = heat_colour(relevance.reshape(grid, grid))
     np.testing.assert_allclose(np.asarray(drawn)[..., :3], rgb)
     np.testing.assert_allclose(np.asarray(drawn)[..., 3], alpha)
-    assert [p.get_edgecolor()[:3] for p in ax.patches] == [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)]
+    # the top-K cell outlined black, then white inside it: one collection per colour, a box each
+    outlines = [(tuple(c.get_edgecolor()[0][:3]), len(c.get_paths())) for c in ax.collections]
+    assert outlines == [((0.0, 0.0, 0.0), 1), ((1.0, 1.0, 1.0), 1)]
+    box = ax.collections[0].get_paths()[0].transformed(ax.collections[0].get_transform().frozen() - ax.transData)
+    assert np.allclose(box.get_extents().bounds, (48, 48, 16, 16))  # cell 15 of 4 x 4 on 64 x 64 pixels
     plt.close(fig)
