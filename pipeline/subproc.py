@@ -36,8 +36,17 @@ def _child_setup(parent: int, fixed_layout: bool) -> None:
         os._exit(1)
 
 
+def _setup(fixed_layout: bool):
+    parent = os.getpid()
+    return (lambda: _child_setup(parent, fixed_layout)) if sys.platform.startswith("linux") else None
+
+
 def run(cmd: list[str], fixed_layout: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run, tied to this process's life (see the module docstring)."""
-    parent = os.getpid()
-    setup = (lambda: _child_setup(parent, fixed_layout)) if sys.platform.startswith("linux") else None
-    return subprocess.run(cmd, preexec_fn=setup, start_new_session=False, **kwargs)
+    return subprocess.run(cmd, preexec_fn=_setup(fixed_layout), start_new_session=False, **kwargs)
+
+
+def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen, tied to this process's life: for a child that serves several requests.
+    PR_SET_PDEATHSIG follows the thread that starts it, so start it from the thread that uses it."""
+    return subprocess.Popen(cmd, preexec_fn=_setup(False), start_new_session=False, **kwargs)

@@ -192,3 +192,37 @@ def test_measured_arm64_failure_fails_the_variant(int8_out, golden, make_ctx):
     assert report.status == "failed" and [f for f in report.failures if f in whole] == whole
     assert all(f.split(": ", 1)[0] in failing and "relevance_max_abs=" in f for f in report.failures)
     assert stage.status == "failed" and not stage.publishable
+
+
+def test_one_emulated_process_serves_a_stage_and_a_failure_or_overrun_costs_only_its_model(int8_out, monkeypatch,
+                                                                                             tmp_path):
+    """A stage's variants share one emulated process per CPU model (Emulator): the three published
+    files give the outputs a process of their own gives, bit for bit. A model that kills the worker
+    is a measured failure (GateError) and one that overruns its limit is not measured
+    (HostCapabilityError); either way the next model runs in a fresh process. Closing ends it."""
+    from pipeline.errors import GateError
+    from targets.shared import arm64
+
+    _emulation_or_skip()
+    files = [int8_out / v["files"][0] for v in _variants(int8_out).values()]
+    rng = np.random.default_rng(0)
+    batches = [{"image": rng.integers(0, 256, (2, 224, 224, 3), dtype=np.uint8),
+                "query": rng.standard_normal((2, 384)).astype(np.float32)}]
+    alone = [arm64.arm64_runner(f).run_many(batches)[0] for f in files]
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    with arm64.Emulator() as emulator:
+        shared = [arm64.arm64_runner(f, emulator=emulator) for f in files]
+        got = [r.run_many(batches)[0] for r in shared]
+        first = emulator.proc.pid
+        with pytest.raises(GateError, match="broken.onnx failed on arm64 kernels .* while loading"):
+            arm64.arm64_runner(broken, emulator=emulator).run_many(batches)
+        with pytest.raises(HostCapabilityError, match="did not finish in 0.01 s"):
+            arm64.arm64_runner(files[0], timeout=0.01, emulator=emulator).run_many(batches)
+        again = arm64.arm64_runner(files[0], emulator=emulator).run_many(batches)[0]
+        last = emulator.proc.pid
+    assert emulator.proc is None and not Path(f"/proc/{last}").exists()
+    assert first != last and not Path(f"/proc/{first}").exists()
+    for mine, theirs in zip(got + [again], alone + alone[:1]):
+        assert mine.keys() == theirs.keys() and all(np.array_equal(mine[k], theirs[k]) for k in mine)
+    assert [r.facts["machine"] for r in shared] == ["aarch64"] * 3

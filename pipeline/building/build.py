@@ -180,8 +180,9 @@ def subset_parity(gate, split, expected: dict, got: dict) -> tuple[dict, list[st
 def run_stage(target: Target, ctx: BuildContext) -> StageResult:
     started = time.monotonic()
     ctx.log(f"[{target.name}] building")
-    variants = target.build(ctx)
-    reports = [verify_variant(target, ctx, v) for v in variants]
+    with ctx.resources:  # what the stage's variants shared (BuildContext.kept) ends with them
+        variants = target.build(ctx)
+        reports = [verify_variant(target, ctx, v) for v in variants]
     result = StageResult(target, "published", staging=ctx.staging, variants=reports)
     failed = [r for r in reports if r.status == "failed"]
     if failed:

@@ -17,6 +17,7 @@ each variant to its Gate (parity and size) before anything is published.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,10 +84,22 @@ class BuildContext:
     upstream: dict  # name -> StageResult of targets built earlier in this run
     log: Callable[[str], None]
     options: dict = field(default_factory=dict)  # user options, e.g. {"calibration_dir": Path}
+    # what the stage keeps open while its variants are verified (kept()); run_stage closes it
+    resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _kept: dict = field(default_factory=dict)
 
     @property
     def config(self):
         return self.checkpoint.config
+
+    def kept(self, key: str, make: Callable[[], Any]) -> Any:
+        """The stage's one `make()` for `key`, a context manager made on first use and shared by
+        every variant of the stage (an emulator process that is slow to start), closed when the
+        stage's verification ends."""
+        if key not in self._kept:
+            self._kept[key] = self.resources.enter_context(make())
+            self.resources.callback(self._kept.pop, key, None)
+        return self._kept[key]
 
 
 class Target:

@@ -134,7 +134,10 @@ class OnnxInt8Target(Target):
         # through onnxruntime or the page): its gate also holds on onnxruntime's arm64 kernels
         if arm64.host_runs_arm64():
             return {}  # this host's own run already is arm64's
-        return {isa: (lambda isa=isa: arm64.arm64_runner(variant.files[0], isa=isa)) for isa in arm64.CPUS}
+        # one emulated process per CPU model serves all of the stage's variants (start-up is most of the time)
+        emulator = lambda isa: ctx.kept(f"arm64 {isa}", lambda: arm64.Emulator(isa))  # noqa: E731
+        return {isa: (lambda isa=isa: arm64.arm64_runner(variant.files[0], isa=isa, emulator=emulator(isa)))
+                for isa in arm64.CPUS}
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
                          model: bytes | None = None) -> Runner:

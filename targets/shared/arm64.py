@@ -2,10 +2,11 @@
 
 The emulation root is made by scripts/setup.d/60-arm64-emulation.sh (trixie's qemu-aarch64, a
 bookworm arm64 python3.11 sysroot, the registry's aarch64 onnxruntime and numpy at the pinned
-versions). A model runs as `qemu-aarch64 -L SYSROOT SYSROOT/usr/bin/python3.11 -I arm64_worker.py`,
-one emulated process per model for a whole list of batches (start-up takes seconds), arrays
-exchanged through .npz files in a private temporary folder. What the worker reports from inside
-the emulator (platform.machine(), onnxruntime.__version__) names the runtime.
+versions). Models run in `qemu-aarch64 -L SYSROOT SYSROOT/usr/bin/python3.11 -I arm64_worker.py`:
+one emulated process per CPU model serves every model of a stage (Emulator; start-up takes seconds),
+each model over a whole list of batches, arrays exchanged through .npz files in a private temporary
+folder. What the worker reports from inside the emulator (platform.machine(),
+onnxruntime.__version__) names the runtime.
 
 Honest unavailability: a missing, incomplete or untrusted root, or an emulator that cannot import
 onnxruntime, raises HostCapabilityError with the reason and the fix; so does a run that exceeds
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import select
 import stat
 import statistics
 import subprocess
@@ -88,9 +90,10 @@ def marker_lines(root: Path) -> list[str]:
     return (root / READY_MARKER).read_text().splitlines()
 
 
-def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA) -> Runner:
+def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emulator: Emulator | None = None) -> Runner:
     """`model` (.onnx or .ort) in the aarch64 onnxruntime under qemu-user, on `isa`'s CPU model (CPUS).
-    Runner.run_many runs a list of batches in one emulated process; Runner.facts then holds what the
+    Runner.run_many runs a list of batches in one request to `emulator` (a stage's shared one, see
+    Emulator; None: a process of its own, ended after the run); Runner.facts then holds what the
     emulator reported (machine, onnxruntime version, the CPU features it saw) and the time per call."""
     root = emulation_root()
     lines = marker_lines(root)
@@ -109,7 +112,11 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA) -> R
             shapes = [f"{len(b['image'])} x {b['image'].shape[1]}x{b['image'].shape[2]}" if "image" in b else "-"
                       for b in batches]
             np.savez(folder / "inputs.npz", count=np.array(len(batches)), **arrays)
-            facts = _emulate(root, model, folder, limit, cpu)
+            if emulator is None:
+                with Emulator(isa, root) as own:
+                    facts = own.run(model, folder, limit)
+            else:
+                facts = emulator.run(model, folder, limit)
             with np.load(folder / "outputs.npz") as data:
                 results = [{key.split("_", 1)[1]: data[key] for key in data.files if key.startswith(f"b{i}_")}
                            for i in range(len(batches))]
@@ -130,31 +137,97 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA) -> R
     return runner
 
 
-def _emulate(root: Path, model: Path, folder: Path, limit: float, cpu: str) -> dict:
-    """One emulated process: the worker over folder/inputs.npz. Returns the facts it wrote."""
-    sysroot, facts_path = root / "sysroot", folder / "facts.json"
-    cmd = [str(root / "qemu-aarch64"), "-cpu", cpu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"), "-I", str(WORKER),
-           str(root / "site"), str(Path(model).resolve()), str(folder / "inputs.npz"), str(folder / "outputs.npz"),
-           str(facts_path)]
-    # a clean environment: the user's QEMU_* or PYTHON* variables must not change what runs
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "LANG": "C.UTF-8"}
-    try:
-        proc = subproc.run(cmd, env=env, cwd=folder, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        raise HostCapabilityError(f"the emulated arm64 run of {model.name} did not finish in {limit:g} s",
-                                  "on a slow or busy host set ARRCOC_ARM64_TIMEOUT to more seconds") from None
-    except OSError as exc:
-        raise HostCapabilityError(f"the arm64 emulator at {root} does not start ({exc.strerror})", SETUP_FIX) from None
-    facts = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
-    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1][:200]
-    if facts.get("stage") is None:
-        raise HostCapabilityError(f"the arm64 emulation at {root} does not import onnxruntime ({tail})", SETUP_FIX)
-    if proc.returncode != 0 or facts.get("stage") != "done":
+class Emulator:
+    """One emulated aarch64 Python on one CPU model, serving models one after another
+    (arm64_worker.py). Its start-up, the emulated interpreter importing numpy and onnxruntime, took
+    4 of the 5.5 s a variant's held-out run took here, so a stage's variants share one per CPU
+    model (BuildContext.kept). A process that dies on a model (a measured failure) or overruns its
+    limit is gone; the next model starts a fresh one. Closed: stdin ends, the worker exits."""
+
+    def __init__(self, isa: str = ISA, root: Path | None = None):
+        self.cpu = CPUS[isa][0]
+        self.root = root
+        self.proc: subprocess.Popen | None = None
+        self.folder: tempfile.TemporaryDirectory | None = None
+        self.stderr = None  # the worker's stderr, a file in `folder`: the last line names a failure
+
+    def __enter__(self) -> Emulator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen:
+        self.root = self.root or emulation_root()
+        self.folder = self.folder or tempfile.TemporaryDirectory(prefix="arrcoc-arm64-emu-")
+        home, sysroot = Path(self.folder.name), self.root / "sysroot"
+        cmd = [str(self.root / "qemu-aarch64"), "-cpu", self.cpu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"),
+               "-I", str(WORKER), str(self.root / "site")]
+        # a clean environment: the user's QEMU_* or PYTHON* variables must not change what runs
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+        if self.stderr is None:
+            self.stderr = open(home / "stderr.txt", "w+")
+        self.stderr.seek(0)
+        self.stderr.truncate()
+        try:
+            return subproc.popen(cmd, env=env, cwd=home, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=self.stderr)
+        except OSError as exc:
+            raise HostCapabilityError(f"the arm64 emulator at {self.root} does not start ({exc.strerror})", SETUP_FIX) from None
+
+    def run(self, model: Path, folder: Path, limit: float) -> dict:
+        """`model` over folder/inputs.npz into folder/outputs.npz. Returns the facts the worker wrote."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        facts_path = folder / "facts.json"
+        request = {"model": str(Path(model).resolve()), "inputs": str(folder / "inputs.npz"),
+                   "outputs": str(folder / "outputs.npz"), "facts": str(facts_path)}
+        answer = self._ask(json.dumps(request), limit, model)
+        facts = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
+        if answer == "done" and facts.get("stage") == "done":
+            return facts
+        code = self.proc.wait()
+        self.stderr.seek(0)
+        tail = (self.stderr.read().strip().splitlines() or [f"exit status {code}"])[-1][:200]
+        self.proc = None
+        if facts.get("stage") is None:
+            raise HostCapabilityError(f"the arm64 emulation at {self.root} does not import onnxruntime ({tail})", SETUP_FIX)
         step = "loading" if facts["stage"] == "imported" else "running"
-        raise GateError(f"{model.name} failed on arm64 kernels ({ISA}) while {step} in onnxruntime "
-                        f"{facts.get('onnxruntime')}: {_exit(proc.returncode)}: {tail}",
+        raise GateError(f"{Path(model).name} failed on arm64 kernels ({ISA}) while {step} in onnxruntime "
+                        f"{facts.get('onnxruntime')}: {_exit(code)}: {tail}",
                         "the model does not run on the phones' arm64 onnxruntime: do not ship it; see the build log")
-    return facts
+
+    def _ask(self, request: str, limit: float, model: Path) -> str:
+        """Send one request line; the answer line, or "" when the worker ended first."""
+        try:
+            self.proc.stdin.write(request.encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return ""
+        ready, _, _ = select.select([self.proc.stdout], [], [], limit)
+        if not ready:
+            self.proc.kill()  # the next model starts a fresh process
+            self.proc.wait()
+            self.proc = None
+            raise HostCapabilityError(f"the emulated arm64 run of {Path(model).name} did not finish in {limit:g} s",
+                                      "on a slow or busy host set ARRCOC_ARM64_TIMEOUT to more seconds")
+        return self.proc.stdout.readline().decode().strip()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        if self.stderr is not None:
+            self.stderr.close()
+            self.stderr = None
+        if self.folder is not None:
+            self.folder.cleanup()
+            self.folder = None
 
 
 def _exit(code: int) -> str:
