@@ -311,3 +311,38 @@ def test_a_ctrl_c_during_a_module_import_waits_for_the_import_then_is_exit_130(t
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.startswith("interrupted: build stopped (SIGINT)"), (proc.returncode, err)
     assert (tmp_path / "slowmod.py.done").exists(), "the import was cut in the middle"
+
+
+def test_a_tasks_last_line_reaches_the_terminal_while_another_thread_silences_fds(tmp_path):
+    """predict loads its sentence encoder on a thread with fds 1 and 2 on /dev/null
+    (pipeline/frontends/redirect.py); a Ctrl-C in that window was exit 130 with nothing on stderr
+    (seen in test_outputs' early Ctrl-C case). The line goes to the terminal's saved fd 2."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    script = (
+        "import threading\n"
+        "from pipeline.frontends import cli, redirect\n"
+        "held, done = threading.Event(), threading.Event()\n"
+        "def hold():\n"
+        "    with redirect.fds_to(None):\n"
+        "        held.set()\n"
+        "        done.wait(10)\n"
+        "thread = threading.Thread(target=hold)\n"
+        "thread.start()\n"
+        "held.wait(10)\n"
+        "def task():\n"
+        "    raise KeyboardInterrupt('SIGINT')\n"
+        "code = cli.guarded(task, False, 'predict')\n"
+        "done.set()\n"
+        "thread.join()\n"
+        "print('after', flush=True)\n"
+        "raise SystemExit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc
+    assert proc.stderr.splitlines() == [
+        "interrupted: predict stopped (SIGINT) -> fix: nothing was changed by the interrupted step: "
+        "run `invoke predict` again"], proc.stderr
+    assert proc.stdout == "after\n"  # the thread left: fds 1 and 2 are the terminal's again

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.errors import ArrcocError
 from pipeline.frontends import options as opts
+from pipeline.frontends import redirect
 from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
 from pipeline.frontends.verify import _verify
 from pipeline.stages.parity import size_cells
@@ -95,7 +96,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
             return _stopped(name, locking.interrupted())
         if verbose:
             traceback.print_exc()
-        print(exc.one_line(), file=sys.stderr)
+        redirect.to_terminal(exc.one_line())
         return exc.exit_code
     except KeyboardInterrupt as exc:
         return _stopped(name, str(exc) or "SIGINT")
@@ -110,8 +111,8 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         if verbose:
             traceback.print_exc()
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        print(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and report the traceback",
-              file=sys.stderr)
+        redirect.to_terminal(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and "
+                             "report the traceback")
         return 1
     finally:
         for sig, handler in previous.items():
@@ -125,7 +126,7 @@ def _stopped(name: str, why: str) -> int:
 
     fix = (f"nothing to fix: `{COMMAND} serve` starts it again" if name == "serve" else
            f"nothing was changed by the interrupted step: run `{COMMAND} {name}` again")
-    print(BuildInterrupted(f"{name} stopped ({why})", fix).one_line(), file=sys.stderr)
+    redirect.to_terminal(BuildInterrupted(f"{name} stopped ({why})", fix).one_line())
     return BuildInterrupted.exit_code
 
 

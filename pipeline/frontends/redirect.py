@@ -75,3 +75,22 @@ def _point(fd: int | None) -> None:
         os.dup2(null, 2)
     finally:
         os.close(null)
+
+
+def to_terminal(line: str) -> None:
+    """`line` on stderr as the user sees it. Usually that is sys.stderr; while another thread is
+    inside fds_to (predict's sentence encoder loads on its own thread with fds 1 and 2 on
+    /dev/null), fd 2 is not the terminal's and a task's last line went nowhere: a Ctrl-C then was
+    exit 130 and silent. Then the line goes to the terminal's saved descriptor, under the lock so
+    that descriptor cannot be closed meanwhile (a lock held too long falls back to sys.stderr)."""
+    sys.stderr.flush()
+    locked = _LOCK.acquire(timeout=1)
+    try:
+        saved = _state["saved"] if locked else ()
+        if saved:
+            os.write(saved[1], (line + "\n").encode())
+            return
+    finally:
+        if locked:
+            _LOCK.release()
+    print(line, file=sys.stderr)
