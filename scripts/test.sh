@@ -19,13 +19,6 @@ if [[ "${1:-}" == "--fast" ]]; then
     select=(-m "not slow and not browser and not compiler")
 fi
 workers="${ARRCOC_TEST_WORKERS:-2}"
-# Several workers share the cores: each one's OpenMP pool (torch, and the builds it starts) gets one
-# thread, as is usual with pytest-xdist, so the workers' pools do not oversubscribe the cores and
-# spin against each other (two warm `build --target onnx,onnx-int8` at once on 2 cores: 36-44 s
-# with the default pools, 35 s with one thread each). Tests about threads set their own counts.
-if [[ "$workers" != "0" ]]; then
-    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-fi
 started=$(date +%s)
 status=0
 .venv/bin/python -m pytest -q -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "${select[@]}" "$@" || status=$?

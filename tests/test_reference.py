@@ -86,8 +86,8 @@ def test_texture_on_noise_and_extremes(loaded, size):
     ]
     threads = torch.get_num_threads()
     try:
-        # F.interpolate's rounding differs between one thread and several; both, whatever the
-        # session's default (scripts/test.sh gives each xdist worker one)
+        # F.interpolate's rounding differs between one thread and several: both, whatever the
+        # default (OMP_NUM_THREADS=1 would make it one)
         for n in {1, max(2, threads)}:
             torch.set_num_threads(n)
             with torch.no_grad():
