@@ -88,8 +88,9 @@ def to_terminal(line: str) -> None:
     try:
         saved = _state["saved"] if locked else ()
         if saved:
-            os.write(saved[1], (line + "\n").encode())
-            return
+            with contextlib.suppress(OSError):  # unwritable: sys.stderr below, as without a redirect
+                os.write(saved[1], (line + "\n").encode())
+                return
     finally:
         if locked:
             _LOCK.release()

@@ -14,6 +14,7 @@ its time limit. A model that onnxruntime loads and then fails on arm64 raises Ga
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -186,10 +187,9 @@ class Emulator:
         facts = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
         if answer == "done" and facts.get("stage") == "done":
             return facts
-        code = self.proc.wait()
+        code = self._stop()
         self.stderr.seek(0)
         tail = (self.stderr.read().strip().splitlines() or [f"exit status {code}"])[-1][:200]
-        self.proc = None
         if facts.get("stage") is None:
             raise HostCapabilityError(f"the arm64 emulation at {self.root} does not import onnxruntime ({tail})", SETUP_FIX)
         step = "loading" if facts["stage"] == "imported" else "running"
@@ -206,22 +206,33 @@ class Emulator:
             return ""
         ready, _, _ = select.select([self.proc.stdout], [], [], limit)
         if not ready:
-            self.proc.kill()  # the next model starts a fresh process
-            self.proc.wait()
-            self.proc = None
+            self._stop(kill=True)  # the next model starts a fresh process
             raise HostCapabilityError(f"the emulated arm64 run of {Path(model).name} did not finish in {limit:g} s",
                                       "on a slow or busy host set ARRCOC_ARM64_TIMEOUT to more seconds")
         return self.proc.stdout.readline().decode().strip()
 
+    def _stop(self, kill: bool = False) -> int:
+        """End the worker: the end of its stdin lets it exit (killed after 10 s, or at once with
+        kill); its pipes closed. Returns its exit status."""
+        proc, self.proc = self.proc, None
+        if not kill:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # a worker that already died: a broken pipe
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill = True
+        if kill:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
+        return proc.returncode
+
     def close(self) -> None:
         if self.proc is not None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+            self._stop()
         if self.stderr is not None:
             self.stderr.close()
             self.stderr = None
