@@ -18,8 +18,9 @@ files, its .cache included, so a rebuild there is an export cache hit) and chang
 about building itself (interrupts, locks, bad input) still builds in its own tmp_path.
 
 Named shared builds: `onnx_build` (`--target onnx`), `android_build`, `ios_build` (`--target ios`,
-which builds coreml), `reference_typed_query_build` (`--target onnx,android,ios` from a 64-wide
-reference-layout checkpoint and its --base-model snapshot, tests/qwen_fixtures.py).
+which builds coreml), `reference_typed_query_build` (`--target onnx,text-encoder,web,android,ios`
+from a 64-wide reference-layout checkpoint and its --base-model snapshot in a Hugging Face cache,
+tests/qwen_fixtures.py; its onnx-int8 may fail, SharedBuild.failed says so).
 
 Markers (pyproject.toml; `bash scripts/test.sh --fast` deselects all three): `slow` (an end-to-end
 build or a run over many photos), `browser` (drives Chromium), `compiler` (runs kotlinc, the JVM
@@ -164,6 +165,7 @@ class SharedBuild:
     ios_app: Path
     stdout: str
     stderr: str = ""
+    failed: tuple[str, ...] = ()  # targets whose failure the build was allowed (make_shared_build may_fail)
 
     def copy(self, dest: Path) -> Path:
         """The published folder as plain files at `dest` (a new path), for a test that changes it."""
@@ -194,9 +196,10 @@ def build_key(targets: str, extra: tuple[str, ...]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
-def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
+def make_shared_build(root: Path, targets: str, *extra: str, may_fail: tuple[str, ...] = ()) -> SharedBuild:
     """`invoke build --target TARGETS EXTRA...` once per key under `root`; a failed build fails
-    every test that asks for it, with its output, and is not retried."""
+    every test that asks for it, with its output, and is not retried. `may_fail`: targets whose
+    failed gate (exit 3, "X failed") the callers expect; any other failure still fails them."""
     from filelock import FileLock
 
     from mobile_build import seed_user_files
@@ -216,9 +219,19 @@ def make_shared_build(root: Path, targets: str, *extra: str) -> SharedBuild:
             record.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
         done = json.loads(record.read_text())
     timeline("build-done", build=entry.name)
-    assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
+    failed = _failed_targets(entry / "out") if done["returncode"] == 3 else ()
+    assert done["returncode"] == 0 or (failed and set(failed) <= set(may_fail)), \
+        done["stdout"][-3000:] + done["stderr"][-3000:]
     return SharedBuild(entry / "out", entry / "android-app" / "assets", entry / "ios-app" / "Resources", done["stdout"],
-                       done["stderr"])
+                       done["stderr"], failed)
+
+
+def _failed_targets(out: Path) -> tuple[str, ...]:
+    try:
+        targets = json.loads((out / "manifest.json").read_text())["targets"]
+    except (OSError, ValueError, KeyError):
+        return ()
+    return tuple(sorted(name for name, entry in targets.items() if entry.get("status") == "failed"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -238,7 +251,7 @@ def session_user_cache(tmp_path_factory):
 def shared_build(tmp_path_factory):
     """shared_build(targets, *extra_args) -> SharedBuild, made once per session (see the module doc)."""
     root = session_root(tmp_path_factory)
-    return lambda targets, *extra: make_shared_build(root, targets, *extra)
+    return lambda targets, *extra, **kw: make_shared_build(root, targets, *extra, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -258,20 +271,34 @@ def ios_build(shared_build) -> SharedBuild:
     return shared_build("ios")
 
 
+# Every face of a reference checkpoint's typed-query path in one build: both apps, the web page and
+# the ONNX model with its token-mean encoder. web takes onnx-int8 along where its extra is installed;
+# on this small seeded model the QDQ overhead outweighs the tiny weights (83-100 KB against the
+# 35%-of-FP32 rule's 65 KB, measured), so that stage fails its gate and the build exits 3 with the
+# rest published: the one failure allowed.
+REFERENCE_TARGETS = "onnx,text-encoder,web,android,ios"
+REFERENCE_DIM = 64
+
+
 @pytest.fixture(scope="session")
 def reference_typed_query_build(shared_build, tmp_path_factory) -> SharedBuild:
-    """Both apps and the ONNX model from a 64-wide reference-layout checkpoint with its Qwen3-VL
-    snapshot (--base-model): the typed-query path of arr-coc-0-1 checkpoints."""
+    """`--target onnx,text-encoder,web,android,ios` from a 64-wide reference-layout checkpoint
+    (seed 7, conftest.write_reference_checkpoint) with its Qwen3-VL snapshot (table seed 0) in a
+    Hugging Face cache layout, sharded, files linked into ../../blobs/ (--base-model;
+    tests/qwen_fixtures.py), where a user's Qwen3-VL usually lives. One build for
+    test_app_typed_query, test_ios_typed_query, test_web_qwen and test_qwen_query (~5 min cold)."""
     from filelock import FileLock
 
-    from qwen_fixtures import write_snapshot
+    from qwen_fixtures import HUB_REVISION, write_hf_cache
 
     inputs = session_root(tmp_path_factory) / "reference-64"
+    snapshot = inputs / "hub" / "models--Qwen--Qwen3-VL-2B-Instruct" / "snapshots" / HUB_REVISION
     with FileLock(str(inputs) + ".lock"):
         if not (inputs / "ref.pt").is_file():
-            snapshot = write_snapshot(inputs / "qwen", 64)
-            write_reference_checkpoint(inputs / "ref.tmp", 64).rename(inputs / "ref.pt")
-    return shared_build("onnx,android,ios", "--checkpoint", str(inputs / "ref.pt"), "--base-model", str(inputs / "qwen"))
+            assert write_hf_cache(inputs / "hub", REFERENCE_DIM) == snapshot
+            write_reference_checkpoint(inputs / "ref.tmp", REFERENCE_DIM).rename(inputs / "ref.pt")
+    return shared_build(REFERENCE_TARGETS, "--checkpoint", str(inputs / "ref.pt"), "--base-model", str(snapshot),
+                        may_fail=("onnx-int8",))
 
 
 # What makes a test slow without a marker of its own: asking for a shared build.

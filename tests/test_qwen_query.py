@@ -137,11 +137,14 @@ def test_bad_sources_are_one_line_errors(files, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def built(files, shared_build):
-    """Built from a Hugging Face cache snapshot (sharded, files linked into ../../blobs/), where a
-    user's Qwen3-VL usually lives; tests/test_inputs.py holds that layout to the plain one."""
-    # once per session (conftest shared_build), keyed by these files' content: read-only
-    return shared_build("onnx,text-encoder", "--checkpoint", str(files["plain"]), "--base-model", str(files["hub"])).out
+def built(reference_typed_query_build):
+    """The session's reference-checkpoint build (conftest reference_typed_query_build, read-only):
+    files["plain"]'s weights and files["hub"]'s table, from a Hugging Face cache snapshot (sharded,
+    files linked into ../../blobs/), where a user's Qwen3-VL usually lives; tests/test_inputs.py
+    holds that layout to the plain one."""
+    out = reference_typed_query_build.out
+    assert json.loads((out / "manifest.json").read_text())["checkpoint"]["config"]["query_dim"] == DIM
+    return out
 
 
 def test_build_publishes_the_form_chosen_by_measurement(built):
