@@ -406,9 +406,15 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def published_with_encoder(shared_build) -> Path:
-    """A folder published by `invoke build --target onnx,onnx-int8,text-encoder` (the shipped
-    checkpoint), shared by the tests of the torch-free inference path (issue 42). Read only."""
-    return shared_build("onnx,onnx-int8,text-encoder").out
+    """A folder published by `invoke build --target onnx,onnx-int8,text-encoder,tensorrt,web` (the
+    shipped checkpoint), shared by the tests of the torch-free inference path (issue 42),
+    tests/test_tensorrt.py and tests/test_web.py: tensorrt and web read onnx and onnx-int8's models
+    (web the text encoder too), so they ride along instead of builds of their own that would make
+    those three stages again (predict never picks either: PREFERRED). Read only."""
+    return shared_build(WITH_ENCODER_TARGETS).out
+
+
+WITH_ENCODER_TARGETS = "onnx,onnx-int8,text-encoder,tensorrt,web"
 
 
 def photo_file(folder: Path, name: str = "photo.jpg", size: tuple[int, int] = (1024, 768), seed: int = 0) -> Path:

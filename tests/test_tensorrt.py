@@ -1,5 +1,5 @@
-"""tensorrt: one real CLI build per session (onnx [+ onnx-int8] + tensorrt, TensorRT-RTX plans built
-on this CPU-only host), then the manifest, the honest `unverified` status, the whole-photo contract
+"""tensorrt: one real CLI build per session (onnx + onnx-int8 + tensorrt, TensorRT-RTX plans built
+on this CPU-only host; conftest published_with_encoder, which the torch-free tests read too), then the manifest, the honest `unverified` status, the whole-photo contract
 (UINT8 input cast to float16 first, one profile with dynamic batch, height and width), an INT8 plan
 from a symmetric QDQ model, and bad input (parser-rejected node, missing backend) that publishes
 nothing. The plans cannot be deserialised here (no CUDA driver) nor on the lent H100/H200
@@ -21,13 +21,9 @@ pytest.importorskip("tensorrt_rtx_bindings", reason="the tensorrt extra is not i
 
 
 @pytest.fixture(scope="session")
-def trt_out(tmp_path_factory):
-    from conftest import run_cli
-
-    out = tmp_path_factory.mktemp("trt-out")
-    proc = run_cli("build", "--target", "tensorrt", "--out", str(out))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
+def trt_out(published_with_encoder):
+    """The session's shared build with tensorrt (read only: a test that changes it copies it)."""
+    return published_with_encoder
 
 
 def _entry(out: Path) -> dict:

@@ -1,4 +1,5 @@
-"""The web target: one real build (onnx -> web), then the page in Debian's headless Chromium.
+"""The web target: one real build (onnx, onnx-int8, text-encoder -> web: the session's shared
+conftest.published_with_encoder), then the page in Debian's headless Chromium.
 
 One build and one browser per session. Every page test fails on a console error unless it says why.
 The page takes whole photos: uint8 [1,H,W,3] as the browser decodes them, no crop, no resize.
@@ -31,15 +32,12 @@ GRID_CELL_TOL = 1e-6
 
 
 @pytest.fixture(scope="session")
-def built(checkpoint_path, tmp_path_factory):
-    from pipeline.building.build import run_build
-    from targets import TARGETS
-
-    out = tmp_path_factory.mktemp("web-out")
-    result = run_build([TARGETS["web"]], TARGETS, checkpoint_path, out, log=lambda m: None, strict=False)
-    stage = next(s for s in result.stages if s.target.name == "web")
-    assert stage.status == "published", stage.reason
-    return out, result
+def built(published_with_encoder) -> tuple[Path, dict]:
+    """The session's shared build with web (conftest published_with_encoder, the shipped
+    checkpoint; read only) and its manifest's web entry."""
+    entry = json.loads((published_with_encoder / "manifest.json").read_text())["targets"]["web"]
+    assert entry["status"] == "published", entry
+    return published_with_encoder, entry
 
 
 @pytest.fixture(scope="session")
@@ -159,20 +157,26 @@ def test_build_publishes_a_self_contained_site_within_budget(built):
 def test_parity_was_measured_in_the_browser_against_python_onnxruntime(built, golden):
     """Every held-out sample went through the page's model: the crops and each whole photo at its
     own size, the 12 MP one included (the verifier fails on a missing sample, it does not skip)."""
-    _, result = built
-    stage = next(s for s in result.stages if s.target.name == "web")
-    fp32 = stage.primary
-    assert fp32.status == "verified"
-    assert "Chromium" in fp32.runtime and "onnxruntime-web" in fp32.runtime
-    assert fp32.metrics["relevance_max_abs"] <= 1e-4 and fp32.metrics["topk_overlap_mean"] == 1.0
+    _, entry = built
+    assert entry["primary_variant"] == "fp32"
+    fp32 = entry["variants"]["fp32"]
+    parity, metrics = fp32["parity"], fp32["parity"]["metrics"]
+    assert fp32["status"] == "verified" and parity["measured"] and parity["passed"]
+    assert "Chromium" in parity["runtime"] and "onnxruntime-web" in parity["runtime"]
+    assert "Python onnxruntime" in parity["reference"]
+    assert metrics["relevance_max_abs"] <= 1e-4 and metrics["topk_overlap_mean"] == 1.0
     heldout = golden.heldout
-    assert fp32.metrics["samples"] == len(heldout)
+    assert metrics["samples"] == len(heldout)
+    # every sample of each query kind compared (the sentences and the seeded vectors)
+    assert {k: v["samples"] for k, v in parity["subsets"].items()} == {k: len(v) for k, v in heldout.subsets.items()}
     sizes = {heldout.images[i].shape[:2] for i in heldout.whole}
     assert (3024, 4032) in sizes and len(sizes) >= 6  # the 12 MP photo and the other whole-photo sizes
-    assert fp32.outputs["relevance"].shape[0] == len(heldout)
-    for report in stage.variants[1:]:  # INT8, when the onnx-int8 stage published
-        assert report.metrics["topk_overlap_mean"] >= 0.95
-        assert report.metrics["samples"] == len(heldout)
+    assert set(entry["variants"]) <= {"fp32", "int8"}
+    for name, variant in entry["variants"].items():  # INT8, when the onnx-int8 stage published
+        if name != "fp32":
+            assert variant["status"] == "verified" and "Chromium" in variant["parity"]["runtime"]
+            assert variant["parity"]["metrics"]["topk_overlap_mean"] >= 0.95
+            assert variant["parity"]["metrics"]["samples"] == len(heldout)
 
 
 def test_selfcheck_bundle_has_golden_per_sample_format_with_a_whole_photo(built, golden):
@@ -552,14 +556,16 @@ def text_config(built):
 
 
 def test_free_text_parity_was_measured_in_the_browser_and_gated(built, text_config):
-    _, result = built
-    stage = next(s for s in result.stages if s.target.name == "web")
-    m = stage.primary.metrics
+    from pipeline.stages.parity import Gate
+
+    _, entry = built
+    parity = entry["variants"]["fp32"]["parity"]
+    m = parity["metrics"]
     assert m["text_token_strings"] == len(text_checks.token_check_strings()) >= 70
     assert m["text_token_mismatches"] == 0
     assert m["text_cosine_min"] >= text_checks.TEXT_COSINE_MIN
     assert m["text_embedding_norm_max_dev"] <= 1e-3
-    gate = stage.primary.variant.gate
+    gate = Gate(parity["gate"]["max"], parity["gate"]["min"], parity["gate"]["tie_tolerance"])
     assert gate.maxima["text_token_mismatches"] == 0 and gate.minima["text_cosine_min"] == 0.99
     # a measured failure is a gate failure, and a failed variant fails the stage (nothing published)
     assert gate.failures({**m, "text_token_mismatches": 1}) and gate.failures({**m, "text_cosine_min": 0.95})
