@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -178,16 +179,25 @@ def _shape_text(shape: list) -> str:
     return "[" + ", ".join("dynamic" if d is None else str(d) for d in shape) + "]"
 
 
+# ARRCOC_ORT_SPINNING=0: no session spins (as spinning=False), for a host whose cores other work
+# shares. onnxruntime's pool busy-waits between calls by default, burning a core that another
+# process could use: two `build --target onnx,onnx-int8,text-encoder` at once on 2 cores took a
+# median 62.4 s with it and 54.1 s without (and libgomp's OMP_WAIT_POLICY=PASSIVE), one alone 45 s
+# either way. scripts/test.sh sets both; docs/speed.md says so.
+SPINNING_VARIABLE = "ARRCOC_ORT_SPINNING"
+
+
 def ort_session(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int = 0, spinning: bool = True):
     """A model file, or a serialized model's bytes. spinning=False: the intra-op pool sleeps between
-    calls instead of busy-waiting, for runs that share the cores with other runtimes (`invoke bench`)."""
+    calls instead of busy-waiting, for runs that share the cores with other runtimes (`invoke bench`),
+    and for every session where ARRCOC_ORT_SPINNING=0."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
-    if not spinning:
+    if not spinning or os.environ.get(SPINNING_VARIABLE) == "0":
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     model = path if isinstance(path, bytes) else str(path)
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
