@@ -120,8 +120,8 @@ def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path
 @pytest.mark.compiler
 def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference_typed_query_build, tmp_path):
     """Reads the session's reference-checkpoint build of both apps (conftest
-    reference_typed_query_build, shared with tests/test_ios_typed_query.py; 7 min for its first user
-    at load 4). Over 60 s itself too: the app tokenizer's compile and `invoke predict` on the six
+    reference_typed_query_build, shared with tests/test_ios_typed_query.py, tests/test_web_qwen.py and
+    tests/test_qwen_query.py; 4 min for its first user in a whole run, 7 min at load 4). Over 60 s itself too: the app tokenizer's compile and `invoke predict` on the six
     queries."""
     from pipeline.relevance import qwen_query as qq
 

@@ -83,8 +83,8 @@ def test_mil_evaluator_ops_bert_needs_match_torch():
 @pytest.mark.compiler
 def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference_typed_query_build, tmp_path):
     """Reads the session's reference-checkpoint build of both apps (conftest
-    reference_typed_query_build, shared with tests/test_app_typed_query.py; 7 min for its first user
-    at load 4). Over 60 s itself too (4.5 min at load 4): the Swift token-mean encoder run and six
+    reference_typed_query_build, shared with tests/test_app_typed_query.py, tests/test_web_qwen.py and
+    tests/test_qwen_query.py; 4 min for its first user in a whole run, 7 min at load 4). Over 60 s itself too (4.5 min at load 4): the Swift token-mean encoder run and six
     `invoke predict` runs, one per query."""
     from PIL import Image
 

@@ -67,6 +67,8 @@ def test_the_wheel_holds_the_two_packages_and_the_command(wheel):
 
 
 def test_the_installed_command_answers_a_sentence_without_torch(venv, published_with_encoder, tmp_path):
+    """Over 60 s: the wheel, its venv and, as the first reader in a whole run, the session's
+    published_with_encoder build (five targets, web's Chromium gates included; 2.5 min)."""
     python, command = venv / "bin" / "python", venv / "bin" / "arrcoc-edge"
     assert command.is_file()
     probe = "import importlib.util as u; print([m for m in ('torch', 'sentence_transformers', 'onnx') if u.find_spec(m)])"
