@@ -346,3 +346,33 @@ def test_a_tasks_last_line_reaches_the_terminal_while_another_thread_silences_fd
         "interrupted: predict stopped (SIGINT) -> fix: nothing was changed by the interrupted step: "
         "run `invoke predict` again"], proc.stderr
     assert proc.stdout == "after\n"  # the thread left: fds 1 and 2 are the terminal's again
+
+
+def test_an_error_after_a_swallowed_ctrl_c_is_still_exit_130_and_one_line(capsys):
+    """A library that catches the KeyboardInterrupt and then fails with an error of its own, not
+    chained to it (r11: `internal error: TypeError ... BufferedReader`, exit 1, on a Ctrl-C 3 s into
+    `invoke build`): the task still ends as interrupted, since the signal was recorded."""
+    import os
+    import signal
+    import time
+
+    from pipeline.frontends.cli import guarded
+
+    def body():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # guarded's handler records it and raises here
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass  # swallowed, as some libraries do
+        raise TypeError("expected str, bytes or os.PathLike object, not BufferedReader")
+
+    assert guarded(body, False, "build") == 130
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted: ") and "TypeError" not in err, err
+    assert guarded(lambda: _raise(TypeError("a bug")), False, "build") == 1  # without a signal: still a bug
+    assert capsys.readouterr().err.startswith("internal error: TypeError: a bug")
+
+
+def _raise(exc):
+    raise exc

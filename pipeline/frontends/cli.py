@@ -110,6 +110,11 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
             return guarded(lambda: _reraise(KeyboardInterrupt("SIGINT")), verbose, name)
         if verbose:
             traceback.print_exc()
+        if locking.interrupted():
+            # A library swallowed the Ctrl-C and failed afterwards, unchained to it (seen: exit 1,
+            # "TypeError: expected str, bytes or os.PathLike object, not BufferedReader", 3 s into a
+            # build): the user asked to stop, and that is what happened first.
+            return _stopped(name, locking.interrupted())
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         redirect.to_terminal(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and "
                              "report the traceback")
