@@ -404,6 +404,10 @@ def pytest_sessionfinish(session, exitstatus):
         DURATIONS.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
+# The shipped checkpoint's shared build with its text encoder (published_with_encoder).
+WITH_ENCODER_TARGETS = "onnx,onnx-int8,text-encoder,tensorrt,web"
+
+
 @pytest.fixture(scope="session")
 def published_with_encoder(shared_build) -> Path:
     """A folder published by `invoke build --target onnx,onnx-int8,text-encoder,tensorrt,web` (the
@@ -413,8 +417,6 @@ def published_with_encoder(shared_build) -> Path:
     those three stages again (predict never picks either: PREFERRED). Read only."""
     return shared_build(WITH_ENCODER_TARGETS).out
 
-
-WITH_ENCODER_TARGETS = "onnx,onnx-int8,text-encoder,tensorrt,web"
 
 
 def photo_file(folder: Path, name: str = "photo.jpg", size: tuple[int, int] = (1024, 768), seed: int = 0) -> Path:

@@ -16,7 +16,6 @@ import json
 import numpy as np
 import pytest
 
-
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
