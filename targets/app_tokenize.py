@@ -231,7 +231,7 @@ def run_android(tokenizer: Path, text_file: Path, max_length: int | None, count:
     tc = android_app.toolchain()
     classes, compiled = android_app.compile_app(tc, log)
     runtime = [classes, android_app.KOTLINC / "lib" / "kotlin-stdlib.jar", android_app.ORG_JSON]
-    cmd = [tc.java, "-cp", os.pathsep.join(map(str, runtime)), KOTLIN_MAIN, str(tokenizer), str(text_file),
+    cmd = [tc.java, *android_app.QUICK_JVM, "-cp", os.pathsep.join(map(str, runtime)), KOTLIN_MAIN, str(tokenizer), str(text_file),
            "none" if max_length is None else str(max_length)]
     proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8")
     if proc.returncode:

@@ -56,11 +56,13 @@ HAMCREST = Path("/usr/share/java/hamcrest-core.jar")
 ORG_JSON = Path("/usr/share/java/com.android.json.jar")  # a real org.json: android.jar's throws "Stub!"
 SETUP = "run `bash scripts/setup.sh` as root (scripts/setup.d/40-android-jvm.sh installs it)"
 KOTLINC_FLAGS = ["-no-jdk", "-jvm-target", "17"]  # android.jar brings java.*, as on a device
-# The JVM that runs kotlinc: its quick (C1) JIT only. A compile is a short run, where the optimising
-# tier's own compiling costs more than it gains: the app's compile 29.4 -> 21.3 s (median of 2 each,
-# side by side, idle 2-core host). The classes are the same bytes either way (the JIT runs the
-# compiler, it does not change what the compiler writes), so the class cache's key leaves it out.
-KOTLINC_JVM_FLAGS = ["-J-XX:TieredStopAtLevel=1"]
+# Short JVM runs take the quick (C1) JIT tier only: the optimising tier's own compiling costs more
+# than it gains in a run of seconds. kotlinc: the app's compile 27.1 -> 17.9 s, the stubs' 6.86 ->
+# 5.49 s; app-tokenize's Kotlin tokenizer on 60 texts 1.34 -> 1.13 s (medians of 3, side by side, idle
+# 2-core host). The JIT runs the program, it does not change what it computes or writes (the 81
+# class files are the same bytes either way), so the class cache's key leaves it out.
+QUICK_JVM = ["-XX:TieredStopAtLevel=1"]
+KOTLINC_JVM_FLAGS = ["-J" + flag for flag in QUICK_JVM]
 RUNNER_MAIN = "org.arrcoc.jvmrunner.JUnitReportKt"
 # the class cache: a folder of the building user's own cache, `<cache>/arrcoc-edge/android-classes`
 CACHE_NAME = "android-classes"
