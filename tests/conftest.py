@@ -6,8 +6,8 @@ set, computed once per worker), `exported` (one torch.export per run: the export
 by the workers), `make_ctx` (a BuildContext with its own staging folder),
 `reference_checkpoint_path` (a 2048-wide reference-layout .pt).
 
-Shared builds (`shared_build`, session-scoped): `shared_build("android")` runs `invoke build
---target android` once per test session, whichever test asks first, and hands every later caller
+Shared builds (`shared_build`, session-scoped): `shared_build("onnx-int8")` runs `invoke build
+--target onnx-int8` once per test session, whichever test asks first, and hands every later caller
 (in any xdist worker) the same `SharedBuild(out, android_app, ios_app)`. Builds are keyed by what
 they read (target list, extra arguments, a file argument by path and content) and kept
 in the session's temp root under a file lock, so two workers asking for one build wait for one
@@ -17,8 +17,8 @@ READ-ONLY: a test that changes a publish takes `build.copy(tmp_path)` (the gener
 files, its .cache included, so a rebuild there is an export cache hit) and changes the copy. A test
 about building itself (interrupts, locks, bad input) still builds in its own tmp_path.
 
-Named shared builds: `onnx_build` (`--target onnx`), `android_build`, `ios_build` (`--target ios`,
-which builds coreml), `reference_typed_query_build` (`--target onnx,text-encoder,web,android,ios`
+Named shared builds: `onnx_build` (`--target onnx`), `android_build` and `ios_build` (one build,
+`--target android,ios`, which builds executorch, text-encoder and coreml), `reference_typed_query_build` (`--target onnx,text-encoder,web,android,ios`
 from a 64-wide reference-layout checkpoint and its --base-model snapshot in a Hugging Face cache,
 tests/qwen_fixtures.py; its onnx-int8 may fail, SharedBuild.failed says so).
 
@@ -259,16 +259,23 @@ def onnx_build(shared_build) -> SharedBuild:
     return shared_build("onnx")
 
 
+# Both apps of the shipped checkpoint in one build, as `invoke build --target all` makes them: one
+# golden set, export, text-encoder stage and report instead of two (separate builds cost ~35 s more).
+APPS_TARGETS = "android,ios"
+
+
 @pytest.fixture(scope="session")
 def android_build(shared_build) -> SharedBuild:
-    """`invoke build --target android` (executorch first, the MiniLM encoder, kotlinc and the JVM tests)."""
-    return shared_build("android")
+    """`invoke build --target android,ios`, read for android (executorch first, the MiniLM encoder,
+    kotlinc and the JVM tests)."""
+    return shared_build(APPS_TARGETS)
 
 
 @pytest.fixture(scope="session")
 def ios_build(shared_build) -> SharedBuild:
-    """`invoke build --target ios` (coreml first, the Swift core compiled and tested)."""
-    return shared_build("ios")
+    """The same `invoke build --target android,ios`, read for ios (coreml first, the Swift core
+    compiled and tested)."""
+    return shared_build(APPS_TARGETS)
 
 
 # Every face of a reference checkpoint's typed-query path in one build: both apps, the web page and
@@ -320,14 +327,29 @@ def file_seconds() -> dict[str, float]:
         return {}
 
 
+# The files that make the session's three long builds start first, in this order, whatever their
+# recorded seconds: xdist hands the first to one worker and the next two to the other (a file of
+# one test takes a second file at once). Worker 1 makes both apps' build (`android,ios`, ~6.5 min
+# cold) while worker 2 makes the reference checkpoint's (~4 min) and then the shipped one with the
+# encoder (~2.5 min, test_wheel.py's first reader), so test_wheel's installed-package test, which
+# compares its bundles with the apps' build, finds that build made instead of waiting for it.
+STARTS_FIRST = ("tests/test_android.py", "tests/test_app_typed_query.py", "tests/test_wheel.py")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if BUILD_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
     seconds = file_seconds()
+
+    def order(item) -> tuple[int, float]:
+        name = item.nodeid.split("::")[0]
+        first = STARTS_FIRST.index(name) if name in STARTS_FIRST else len(STARTS_FIRST)
+        return first, -seconds.get(name, UNKNOWN_FILE_SECONDS)
+
     # a stable sort: each file's tests stay together and in their order (scripts/test.sh passes
     # --no-loadscope-reorder so xdist keeps this order rather than its own, by test count)
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], UNKNOWN_FILE_SECONDS))
+    items.sort(key=order)
 
 
 _measured: dict[str, float] = {}

@@ -1,9 +1,11 @@
-"""Android target: a real `invoke build --target android` (which builds executorch first). The app's
-assets match contract.json byte for byte and land where the Kotlin code opens them; the build
-compiles every Kotlin file of the app with kotlinc 2.0.21 against android.jar and runs its JUnit
-tests on the JVM against the bundle it staged (contract parsing, golden reader, parity metrics and
-gate equal to pipeline/stages/parity.py's, EXIF re-indexing equal to PIL's), and a build whose app copy
-cannot be written leaves the previously published artifacts untouched.
+"""Android target: a real build of it (the session's apps build, `invoke build --target android,ios`;
+android builds executorch first). The app's assets match contract.json byte for byte and land where
+the Kotlin code opens them; the build compiles every Kotlin file of the app with kotlinc 2.0.21
+against android.jar and runs its JUnit tests on the JVM against the bundle it staged (contract
+parsing, golden reader, parity metrics and gate equal to pipeline/stages/parity.py's, EXIF
+re-indexing equal to PIL's), and a build whose app copy cannot be written leaves the previously
+published artifacts untouched. The app's typed-query path for the shipped checkpoint is here too
+(tests/test_app_typed_query.py has the helpers and the reference checkpoint's case).
 What is still read from the sources is only what nothing here can run: the Android shell's decoder
 calls (BitmapFactory on a device) and the asset names the APK opens."""
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from conftest import run_cli
 from mobile_build import ANDROID, bundle_in_app, seed_user_files, source_function, user_files_left
 from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+from test_app_typed_query import QUERIES, app_ids, check_typed_queries
 from targets.shared import sources
 
 pytest.importorskip("executorch")
@@ -41,7 +44,7 @@ def require_jvm_toolchain() -> None:
 
 @pytest.fixture(scope="module")
 def built(android_build):
-    """(out dir, app assets dir) of the session's one `invoke build --target android` (conftest
+    """(out dir, app assets dir) of the session's one `invoke build --target android,ios` (conftest
     android_build): the app copy went to a temp folder holding the user's seeded files, never the
     repo's app. Read-only: tests that rebuild copy it first."""
     return android_build.out, android_build.android_app
@@ -74,8 +77,9 @@ def all_keys(node) -> set[str]:
 
 
 def test_manifest_entry(built):
-    """Over 60 s as the first reader of the session's android build (conftest android_build: the
-    ExecuTorch lowering, MiniLM's two .pte lowerings and kotlinc, cold; 4.5 min in a whole run)."""
+    """Over 60 s as the first reader of the session's apps build (conftest android_build, `--target
+    android,ios`: the ExecuTorch lowering, MiniLM's two .pte lowerings, kotlinc, the CoreML
+    conversions and the Swift core, cold; ~6.5 min in a whole run)."""
     manifest = json.loads((built[0] / "manifest.json").read_text())
     entry = manifest["targets"]["android"]
     assert entry["status"] == "unverified" and "Android" in entry["reason"]
@@ -420,3 +424,20 @@ def test_pipeline_parity_gives_the_tie_example_numbers_the_jvm_test_asserts():
     assert (with_ties[0], strict[0]) == (1.0, 0.5)
     no_tie, _ = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 3]]), 1e-3)
     assert no_tie[0] == 0.5
+
+
+def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path):
+    """The app's typed-query path (tests/test_app_typed_query.py) for the shipped checkpoint, on the
+    session's android build."""
+    from pipeline.relevance.text_encoder import tokenize
+
+    out, app = android_build.out, android_build.android_app
+    typed = json.loads((app / "contract.json").read_text())["typed_text"]
+    assert typed["tokenizer"]["kind"] == "wordpiece" and typed["encoder"]["kind"] == "minilm"
+    # the stand-in ids are the Python encoder's own (special tokens, cut at 256 with [SEP] last)
+    ids = app_ids(typed, app, list(QUERIES), tmp_path)
+    assert ids == [tokenize([q])["input_ids"][0].tolist() for q in QUERIES]
+    assert len(ids[-1]) == 256
+    times = check_typed_queries(out, app, tmp_path)
+    print(f"MiniLM {typed['encoder']['variant']} encoder .pte: {typed['encoder']['bytes']} bytes, "
+          f"{np.median(times):.2f} ms median per query in ExecuTorch's runtime")

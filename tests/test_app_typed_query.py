@@ -1,7 +1,8 @@
 """A typed query through the Android app's path, end to end on the golden photo (issue 38):
 the app's tokenizer ids -> the query encoder .pte in ExecuTorch's runtime -> the relevance .pte,
 against `invoke predict --query` on the same photo. For the shipped checkpoint (all-MiniLM-L6-v2) and
-for a reference checkpoint built with --base-model (arr-coc-0-1's token-embedding mean).
+for a reference checkpoint built with --base-model (arr-coc-0-1's token-embedding mean). The shipped
+checkpoint's case is in tests/test_android.py, beside the other readers of its android build.
 
 The ids are the app tokenizer's through `invoke app-tokenize` once that task exists (issue 38 part 4);
 until then Python's `tokenizers` on the shipped tokenizer.json stands in, with the special tokens and
@@ -95,25 +96,6 @@ def check_typed_queries(out: Path, app: Path, tmp: Path) -> list[float]:
         assert np.abs(got["relevance"][0] - np.asarray(want["relevance"])).max() < typed["encoder"]["gate"]["max"].get(
             "relevance_max_abs", 1e-2), text
     return times
-
-
-@pytest.mark.slow
-@pytest.mark.compiler
-def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path):
-    """Reads the session's android build (conftest android_build; its first user pays minutes).
-    Over 60 s itself: the app tokenizer's compile and `invoke predict` on the six queries."""
-    from pipeline.relevance.text_encoder import tokenize
-
-    out, app = android_build.out, android_build.android_app
-    typed = json.loads((app / "contract.json").read_text())["typed_text"]
-    assert typed["tokenizer"]["kind"] == "wordpiece" and typed["encoder"]["kind"] == "minilm"
-    # the stand-in ids are the Python encoder's own (special tokens, cut at 256 with [SEP] last)
-    ids = app_ids(typed, app, list(QUERIES), tmp_path)
-    assert ids == [tokenize([q])["input_ids"][0].tolist() for q in QUERIES]
-    assert len(ids[-1]) == 256
-    times = check_typed_queries(out, app, tmp_path)
-    print(f"MiniLM {typed['encoder']['variant']} encoder .pte: {typed['encoder']['bytes']} bytes, "
-          f"{np.median(times):.2f} ms median per query in ExecuTorch's runtime")
 
 
 @pytest.mark.slow

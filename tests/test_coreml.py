@@ -23,7 +23,7 @@ VARIANTS = ("fp32", "fp16", "int8")
 
 @pytest.fixture(scope="module")
 def built(ios_build) -> Path:
-    """The session's one `invoke build --target ios` (conftest ios_build), whose coreml stage is
+    """The session's apps build (`--target android,ios`, conftest ios_build), whose coreml stage is
     the same conversion a `--target coreml` build runs: one conversion for this file and test_ios.py."""
     return ios_build.out
 

@@ -25,15 +25,14 @@ SHELL = IOS / "ArrcocDemo"
 
 
 @pytest.fixture(scope="module")
-def built(shared_build):
-    """(out dir, app resources dir) of the session's one `invoke build --target ios` (conftest
-    ios_build, shared with tests/test_coreml.py): the app copy went to a temp folder holding the
-    user's seeded files, never the repo's app."""
+def built(ios_build):
+    """(out dir, app resources dir) of the session's one `invoke build --target android,ios` (conftest
+    ios_build, shared with tests/test_coreml.py and test_android.py): the app copy went to a temp
+    folder holding the user's seeded files, never the repo's app."""
     if importlib.util.find_spec("coremltools") is None:
         pytest.fail("coremltools is missing (the ios target converts CoreML packages): run `bash scripts/setup.sh`",
                     pytrace=False)
-    ios = shared_build("ios")
-    return ios.out, ios.ios_app
+    return ios_build.out, ios_build.ios_app
 
 
 def swift_or_fail(record: dict) -> dict:

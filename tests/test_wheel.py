@@ -119,9 +119,9 @@ def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(
     iOS's runs from the bundled sources where this host has Swift. android/contract.json is byte for
     byte the checkout's build of the same checkpoint (issue 43 finding 7: two builds of one checkpoint
     write one contract); ios/contract.json is too, but for the .mlpackage hashes (coremltools writes
-    fresh UUIDs and map orders: docs/guarantees.md, "Reproducible bytes"). ~7 min: a real android+ios build.
-    ios_build is asked for first: this file starts beside test_android.py, whose worker makes the
-    android build, so this worker makes the ios one meanwhile instead of waiting on a lock."""
+    fresh UUIDs and map orders: docs/guarantees.md, "Reproducible bytes"). Over 60 s: a real
+    android+ios build (its conversions reused from the session's apps build, which the other worker
+    makes while this one makes two others first: conftest.STARTS_FIRST)."""
     site = next((venv / "lib").glob("python3.*/site-packages"))
     checkout_site = next((REPO / ".venv" / "lib").glob("python3.*/site-packages"))
     (site / "zz-build-extras.pth").write_text(f"{checkout_site}\n")  # after the venv's own packages
