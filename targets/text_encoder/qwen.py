@@ -154,18 +154,29 @@ def corpus(tokenizer, sentences) -> tuple[list[str], list[list[int]]]:
     return texts, [token_ids(tokenizer, s) for s in texts]
 
 
-def topk_on_photos(model, photos: list[np.ndarray], exact: np.ndarray, shipped: np.ndarray, tie: float) -> dict:
-    """Top-K of every (photo, query) pair with the shipped queries against the exact ones."""
-    from pipeline.stages.parity import topk_overlap
-
-    overlaps = []
+def exact_on_photos(model, photos: list[np.ndarray], exact: np.ndarray) -> list[tuple]:
+    """Per photo: its textures and the exact queries' relevance and top-K, which every tried form is
+    compared with (computed once, not once per form: the same numbers)."""
+    found = []
     with torch.no_grad():
         for photo in photos:
             textures = model.texture(torch.from_numpy(np.ascontiguousarray(photo))[None])
             textures = textures.expand(len(exact), *textures.shape[1:])
             rel, idx, _ = model.from_textures(textures, torch.from_numpy(exact))
+            found.append((textures, rel.numpy(), idx.numpy()))
+    return found
+
+
+def topk_on_photos(model, references: list[tuple], shipped: np.ndarray, tie: float) -> dict:
+    """Top-K of every (photo, query) pair with the shipped queries against the exact ones
+    (`references`: exact_on_photos)."""
+    from pipeline.stages.parity import topk_overlap
+
+    overlaps = []
+    with torch.no_grad():
+        for textures, rel, idx in references:
             _, got, _ = model.from_textures(textures, torch.from_numpy(shipped))
-            overlaps.append(topk_overlap(rel.numpy(), idx.numpy(), got.numpy(), tie)[0])
+            overlaps.append(topk_overlap(rel, idx, got.numpy(), tie)[0])
     overlaps = np.concatenate(overlaps)
     return {"corpus_topk_overlap_mean": float(overlaps.mean()), "corpus_topk_overlap_min": float(overlaps.min()),
             "corpus_pairs": int(len(overlaps))}

@@ -397,14 +397,15 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
     texts, ids = qe.corpus(tokenizer, SENTENCES)
     ctx.log(f"text-encoder: arr-coc-0-1's query encoder from {table.origin}; exact queries for {len(texts)} texts")
     exact = np.stack([qq.exact_query(table, i) for i in ids])
-    photos, model, path = ctx.golden.heldout.images, ctx.checkpoint.model, ctx.staging / QWEN_FILE
+    model, path = ctx.checkpoint.model, ctx.staging / QWEN_FILE
+    references = qe.exact_on_photos(model, ctx.golden.heldout.images, exact)
     tried = []
     for extra in qe.EXTRA_DIMS:
         form = qe.design(table, qq.vocabulary_size(tokenizer), qe.query_maps(model), extra)
         qe.export_onnx(form, path)
         shipped = qwen_embed(onnx_common.ort_session(path), ids)
         metrics = {**qe.query_metrics(model, exact, shipped),
-                   **qe.topk_on_photos(model, photos, exact, shipped, QWEN_GATE.tie_tolerance)}
+                   **qe.topk_on_photos(model, references, shipped, QWEN_GATE.tie_tolerance)}
         tried.append({"extra_dims": extra, "dims": int(form.basis.shape[0]), "bytes": path.stat().st_size, **metrics})
         ctx.log(f"text-encoder: form with {form.basis.shape[0]} dims ({path.stat().st_size / 2**20:.1f} MB): corpus top-K "
                 f"mean {metrics['corpus_topk_overlap_mean']:.4f} min {metrics['corpus_topk_overlap_min']:.3f}, "
