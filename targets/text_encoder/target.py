@@ -397,8 +397,8 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
     texts, ids = qe.corpus(tokenizer, SENTENCES)
     ctx.log(f"text-encoder: arr-coc-0-1's query encoder from {table.origin}; exact queries for {len(texts)} texts")
     exact = np.stack([qq.exact_query(table, i) for i in ids])
-    model, path = ctx.checkpoint.model, ctx.staging / QWEN_FILE
-    references = qe.exact_on_photos(model, ctx.golden.heldout.images, exact)
+    photos, model, path = ctx.golden.heldout.images, ctx.checkpoint.model, ctx.staging / QWEN_FILE
+    references = qe.exact_on_photos(model, photos, exact)
     tried = []
     for extra in qe.EXTRA_DIMS:
         form = qe.design(table, qq.vocabulary_size(tokenizer), qe.query_maps(model), extra)
