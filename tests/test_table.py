@@ -34,3 +34,25 @@ def test_one_unit_per_row():
     assert size_cells(30 * 1024 * 1024, 40 * 1024 * 1024) == ("30.0 MB", "<= 40.0 MB: 10.0 MB under")
     assert size_cells(2048, 0) == ("2.0 KB", "no budget")
     assert size_cells(None, 10) == ("-", "-")
+
+
+def test_a_failed_stage_row_shows_the_time_it_took(tmp_path):
+    """A stage that fails partway shows the seconds it spent, not 0.0s (r18's reference build:
+    onnx-int8 searched 28 candidates, none passed, and its row said 0.0s)."""
+    import time
+
+    from pipeline.building.build import _one_stage
+    from pipeline.errors import GateError
+
+    class SlowFailure(Target):
+        name = "onnx-int8"
+
+        def build(self, ctx):
+            time.sleep(0.2)
+            raise GateError("no candidate passes the gate", "keep the FP32 target")
+
+    stage = _one_stage(SlowFailure(), None, None, None, tmp_path, {}, lambda m: None, False, {})
+    assert stage.status == "failed" and "no candidate passes the gate" in stage.reason
+    assert stage.seconds >= 0.2
+    rows = summary_rows(BuildResult([stage], tmp_path, True, 1.0))
+    assert rows == [["onnx-int8", "-", "failed", "-", "-", "-", f"{stage.seconds:.1f}s"]] and rows[0][6] != "0.0s"

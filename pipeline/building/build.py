@@ -345,6 +345,15 @@ def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, opti
     staging = run_dir / target.name
     staging.mkdir()
     ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options)
+    started = time.monotonic()
+    result = _attempt(target, ctx, strict)
+    result.seconds = result.seconds or time.monotonic() - started  # a failed stage's minutes count too
+    return result
+
+
+def _attempt(target, ctx, strict) -> StageResult:
+    """run_stage, with a stage's own failure turned into its result (the other targets go on)."""
+    staging = ctx.staging
     try:
         return run_stage(target, ctx)
     except NotApplicableError as exc:
