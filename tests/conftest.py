@@ -333,7 +333,10 @@ def file_seconds() -> dict[str, float]:
 # cold) while worker 2 makes the reference checkpoint's (~4 min) and then the shipped one with the
 # encoder (~2.5 min, test_wheel.py's first reader), so test_wheel's installed-package test, which
 # compares its bundles with the apps' build, finds that build made instead of waiting for it.
-STARTS_FIRST = ("tests/test_android.py", "tests/test_app_typed_query.py", "tests/test_wheel.py")
+# test_app_safety.py (no shared build) comes next: the worker done with the apps' build took
+# test_web.py there, whose build the other worker was still making (r16-r19: 25-53 s of waiting).
+STARTS_FIRST = ("tests/test_android.py", "tests/test_app_typed_query.py", "tests/test_wheel.py",
+                "tests/test_app_safety.py")
 
 
 def pytest_collection_modifyitems(config, items):
