@@ -91,6 +91,9 @@ def load(path: str) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
-    if len(sys.argv) == 4 and sys.argv[2] == "--against":
-        print("\n".join(compare(test_seconds(load(sys.argv[1])), test_seconds(load(sys.argv[3])))))
+    args = sys.argv[1:]
+    if len(args) not in (1, 3) or (len(args) == 3 and args[1] != "--against"):
+        sys.exit("usage: scripts/timeline.py FILE [--against EARLIER_FILE]")
+    main(args[0])
+    if len(args) == 3:
+        print("\n".join(compare(test_seconds(load(args[0])), test_seconds(load(args[2])))))

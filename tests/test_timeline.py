@@ -50,3 +50,12 @@ def test_the_command_prints_both_parts(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "gw0: 10 s in tests" in proc.stdout and "host factor 2.00 (median of 1 tests'" in proc.stdout
+
+
+def test_the_command_refuses_a_misspelt_option(tmp_path):
+    """`--againts EARLIER` is a usage error, not a summary that silently leaves the comparison out."""
+    path = tmp_path / "now.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events({"tests/a.py::x": 5.0})))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "timeline.py"), str(path), "--againts", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith("usage: scripts/timeline.py FILE"), proc.stderr
