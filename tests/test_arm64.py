@@ -69,8 +69,14 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
             # the kernels' CPU as onnxruntime saw it: dot product on both, i8mm only on qemu's max
             features = facts["cpu_features"].split()
             assert "asimddp" in features and ("i8mm" in features) == (cpu == "max")
-            # the ARM kernels agree with this host's on every sample's top-K
-            assert arm["vs_host"]["topk_overlap_min"] == 1.0
+            # the ARM kernels against this host's. The .ort files (what phones ship) are optimised
+            # once, offline, so both ISAs run one graph: the same top-K on every sample. The .onnx
+            # gets onnxruntime's x86-only rewrite of int8 activations to uint8 at load time
+            # (QDQS8ToU8Transformer); on an AVX-512 host without VNNI that moved one sample's top-K
+            # by 1/32 (measured 2026-11-28; with the rewrite disabled the .onnx equals the .ort to
+            # 6e-6), so it is held to the gate's own top-K floor, not to identity.
+            floor = 1.0 if name.endswith("-ort") else gate["min"]["topk_overlap_min"]
+            assert arm["vs_host"]["topk_overlap_min"] >= floor, (name, isa, arm["vs_host"])
     # the build's table says it too, in its parity column
     table = [line for line in BUILD_STDOUT[0].splitlines() if line.startswith("onnx-int8 ")]
     assert len(table) == 3 and all("; emulated ISAs: 2 of 2 passed" in line for line in table), table
