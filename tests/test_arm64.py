@@ -77,6 +77,13 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
             # 6e-6), so it is held to the gate's own top-K floor, not to identity.
             floor = 1.0 if name.endswith("-ort") else gate["min"]["topk_overlap_min"]
             assert arm["vs_host"]["topk_overlap_min"] >= floor, (name, isa, arm["vs_host"])
+    # what the x86-only rewrite leaves exact: on each ARM CPU (emulated, so the same on every build
+    # host) the quantised .onnx computes what its .ort computes, sample for sample
+    onnx_name = next(n for n in variants if n != "fp32-ort" and not n.endswith("-ort"))
+    for isa in CPUS:
+        got, ort = (variants[n]["parity"]["by_isa"][isa]["metrics"] for n in (onnx_name, f"{onnx_name}-ort"))
+        assert got["topk_overlap_min"] == ort["topk_overlap_min"] and got["topk_overlap_mean"] == ort["topk_overlap_mean"]
+        assert abs(got["relevance_max_abs"] - ort["relevance_max_abs"]) <= 1e-6, (isa, got, ort)
     # the build's table says it too, in its parity column
     table = [line for line in BUILD_STDOUT[0].splitlines() if line.startswith("onnx-int8 ")]
     assert len(table) == 3 and all("; emulated ISAs: 2 of 2 passed" in line for line in table), table
