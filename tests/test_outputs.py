@@ -301,9 +301,14 @@ def test_an_early_ctrl_c_is_exit_130_and_one_line(task, since, delay, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     lines = [line for line in err.splitlines() if line.strip()]
-    if proc.returncode == -signal.SIGINT and len(lines) == 1 and not lines[0].startswith("interrupted: "):
+    finished = len(lines) == 1 and (
+        (proc.returncode == -signal.SIGINT and not lines[0].startswith("interrupted: "))
+        or (proc.returncode == 2 and lines[0].startswith("input error: nothing published")))
+    if finished:
         # its task had ended (its own one line) and Python was exiting: a Ctrl-C then is CPython's
-        # (docs/cli.md), not an early one; a fast host gets here with predict's refusal of `out`
+        # (docs/cli.md), not an early one; a fast host gets here with predict's refusal of `out`,
+        # and exits 2 when the signal lands during finalisation, where Python runs no handler
+        # (measured on a slow host: the refusal, exit 2, with the signal sent 1 s after start)
         pytest.skip(f"{task} had finished ({lines[0][:50]}...) when the signal came after {delay} s")
     assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), (proc.returncode, err)
     assert "Traceback" not in err and " -> fix: " in lines[0]
