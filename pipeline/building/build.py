@@ -114,7 +114,8 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
     loaders = target.other_isas(ctx, variant)
     if loaders:
         by_isa[host_isa()] = {"measured": True, "runtime": runner.runtime, "passed": not failures,
-                              "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"}}
+                              "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"},
+                              "facts": host_cpu()}
         for isa, load in loaders.items():
             by_isa[isa] = verify_on_isa(target.name, isa, load, variant, heldout, expected, got, ctx.log,
                                         host_failed=bool(failures))
@@ -130,6 +131,22 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
 def host_isa() -> str:
     """This host's instruction set as the manifest names it (x86_64, aarch64)."""
     return platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+def host_cpu() -> dict:
+    """This host's CPU as the kernels see it, beside its parity per ISA: the emulated ARM CPUs
+    record theirs, and onnxruntime picks int8 kernels and load-time rewrites by these features
+    (an x86 host without VNNI runs an .onnx's int8 activations as uint8: docs/targets.md)."""
+    facts = {"machine": host_isa(), "cpu": platform.processor() or None, "cpu_features": None}
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line.split(":", 1) for line in f if ":" in line]
+    except OSError:
+        return facts  # not Linux: the machine alone
+    first = lambda *keys: next((v.strip() for k, v in lines if k.strip() in keys), None)  # noqa: E731
+    facts["cpu"] = first("model name", "Model", "CPU part") or facts["cpu"]
+    facts["cpu_features"] = first("flags", "Features")  # x86: flags; aarch64: Features
+    return facts
 
 
 def verify_on_isa(name: str, isa: str, load, variant: Variant, heldout, expected: dict, host_got: dict, log,
