@@ -56,7 +56,7 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
             k: x for k, x in v["parity"]["metrics"].items() if k != "size_bytes"}
         # this host's CPU as its kernels saw it, beside the emulated ones' (why an .onnx can differ)
         assert host["facts"]["machine"] == "x86_64" and host["facts"]["cpu"]
-        assert {"sse2", "avx2"} <= set(host["facts"]["cpu_features"].split()), host["facts"]
+        assert "sse2" in host["facts"]["cpu_features"].split(), host["facts"]  # x86-64 baseline: every host
         for isa, (cpu, _) in CPUS.items():
             arm = by_isa[isa]
             assert arm["measured"] and arm["passed"], (name, isa, arm)
