@@ -5,7 +5,8 @@
 # Other arguments go to pytest (e.g. tests/test_model.py -k topk). Two xdist workers, one test
 # file per worker at a time (--dist loadfile: a file's module fixtures are made once), builds
 # shared across files and workers (tests/conftest.py); ARRCOC_TEST_WORKERS=0 runs in one process.
-# Ends with the 15 slowest tests and the wall time (issue 44). The heaviest files start first, by
+# Ends with the 15 slowest tests, the host factor against tests/durations.json's run (a run of whole
+# files only) and the wall time (issue 44). The heaviest files start first, by
 # tests/durations.json; ARRCOC_RECORD_DURATIONS=1 rewrites it from the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

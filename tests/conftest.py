@@ -406,6 +406,7 @@ def _sample_cpu(stop) -> None:
 
 
 def pytest_sessionstart(session):
+    session.config._started_at = time.monotonic()  # for the host factor's line (pytest_terminal_summary)
     if TIMELINE and not os.environ.get("PYTEST_XDIST_WORKER"):
         import threading
 
@@ -418,6 +419,40 @@ def pytest_runtest_logreport(report):
     """Per file: setup, call and teardown seconds of every test (in the xdist controller: all workers')."""
     file = report.nodeid.split("::")[0]
     _measured[file] = _measured.get(file, 0.0) + report.duration
+
+
+# The host factor the run prints: these 2-core hosts differ by half from day to day (docs/speed.md,
+# "the host yardstick"), so a wall time alone does not say whether the code or the host moved.
+# Files under FACTOR_MIN_SECONDS in DURATIONS are left out (their seconds are mostly noise).
+FACTOR_MIN_SECONDS, FACTOR_MIN_FILES = 10.0, 10
+
+
+def host_factor(measured: dict[str, float], recorded: dict[str, float]) -> tuple[float, int] | None:
+    """(median of measured / recorded seconds over the files both have, how many files), or None
+    when fewer than FACTOR_MIN_FILES files of at least FACTOR_MIN_SECONDS are in both."""
+    import statistics
+
+    ratios = [measured[f] / s for f, s in recorded.items() if s >= FACTOR_MIN_SECONDS and measured.get(f, 0) > 0]
+    return (statistics.median(ratios), len(ratios)) if len(ratios) >= FACTOR_MIN_FILES else None
+
+
+@pytest.hookimpl(trylast=True)  # after the 15 slowest
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """After the 15 slowest: this run's files against DURATIONS' run (its commit says which run and
+    host), the same reading scripts/timeline.py --against gives from two timelines."""
+    opt = config.option
+    if os.environ.get("PYTEST_XDIST_WORKER") or any("::" in arg for arg in config.args) or \
+            opt.markexpr or opt.keyword or getattr(opt, "deselect", None) or getattr(opt, "lf", False):
+        return  # a worker, or a selection within files (--fast's -m, -k, single tests): no file ran whole
+    found = host_factor(_measured, file_seconds())
+    if found is None:
+        return
+    factor, files = found
+    took = time.monotonic() - getattr(config, "_started_at", time.monotonic())
+    terminalreporter.write_line(
+        f"host factor {factor:.2f} against tests/durations.json's run (median over {files} files of >= "
+        f"{FACTOR_MIN_SECONDS:.0f} s there): these {took / 60:.1f} min would be about {took / factor / 60:.1f} min "
+        "on that run's host, if the factor is the host's (docs/speed.md)")
 
 
 def pytest_sessionfinish(session, exitstatus):

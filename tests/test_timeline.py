@@ -59,3 +59,18 @@ def test_the_command_refuses_a_misspelt_option(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "timeline.py"), str(path), "--againts", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.startswith("usage: scripts/timeline.py FILE"), proc.stderr
+
+
+def test_host_factor_is_the_median_ratio_over_the_files_both_runs_timed():
+    from conftest import FACTOR_MIN_FILES, host_factor
+
+    recorded = {f"tests/t{i}.py": 20.0 + i for i in range(12)} | {"tests/quick.py": 2.0, "tests/gone.py": 50.0}
+    # this host 1.5x slower for every file, one file 4x (its code moved), a quick file and a new one
+    # that say nothing about the host, a file this run did not run
+    measured = {f: 1.5 * s for f, s in recorded.items() if f != "tests/gone.py"}
+    measured |= {"tests/t0.py": 4 * recorded["tests/t0.py"], "tests/quick.py": 30.0, "tests/new.py": 99.0}
+    factor, files = host_factor(measured, recorded)
+    assert files == 12 and factor == 1.5
+    # too few files in common: no factor rather than a noisy one
+    few = dict(list(recorded.items())[:FACTOR_MIN_FILES - 1])
+    assert host_factor(measured, few) is None and host_factor({}, recorded) is None
