@@ -438,8 +438,8 @@ def host_factor(measured: dict[str, float], recorded: dict[str, float]) -> tuple
 
 @pytest.hookimpl(trylast=True)  # after the 15 slowest
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """After the 15 slowest: this run's files against DURATIONS' run (its commit says which run and
-    host), the same reading scripts/timeline.py --against gives from two timelines."""
+    """After the 15 slowest: this run's files against DURATIONS' run (`git log tests/durations.json`
+    names it), the same reading scripts/timeline.py --against gives from two timelines."""
     opt = config.option
     if os.environ.get("PYTEST_XDIST_WORKER") or any("::" in arg for arg in config.args) or \
             opt.markexpr or opt.keyword or getattr(opt, "deselect", None) or getattr(opt, "lf", False):
