@@ -15,13 +15,13 @@ def _run_by_invoke() -> bool:
 
 if _run_by_invoke():
     # first: a Ctrl-C while the tasks import their modules is one line and exit 130, not Invoke's exit 1
-    from pipeline.frontends.commands import install_early_handlers
+    from arrcoc_edge.frontends.commands import install_early_handlers
 
     install_early_handlers("invoke")
 
 from invoke import task  # noqa: E402
 
-from pipeline.frontends.commands import (  # noqa: E402,F401 - the tasks Invoke collects from this module
+from arrcoc_edge.frontends.commands import (  # noqa: E402,F401 - the tasks Invoke collects from this module
     LOADING_ENV,
     app_tokenize,
     bench,

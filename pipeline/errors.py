@@ -82,10 +82,16 @@ class BuildInterrupted(ArrcocError):
 def install_fix(extra: str | None) -> str:
     """How to install an extra, said the way this copy was installed: the pip line for an installed
     package, the checkout's own .venv line (pinned by constraints.txt) in a source checkout."""
-    from pipeline.install import CHECKOUT
+    import sys
+
+    from arrcoc_edge.install import BUILD_EXTRAS, BUILD_PYTHON, CHECKOUT
 
     if not extra:
         return "pip install the missing packages"
+    if extra in BUILD_EXTRAS and sys.version_info[:2] != BUILD_PYTHON:
+        wanted, here = ".".join(map(str, BUILD_PYTHON)), ".".join(map(str, sys.version_info[:2]))
+        return (f"building runs on Python {wanted} only (the pinned torch CPU wheel), this is Python {here}: "
+                f"make a Python {wanted} venv and pip install 'arrcoc-edge[{extra}]' there (predicting needs none of it)")
     if CHECKOUT:
         return f".venv/bin/pip install -e '.[{extra}]' -c constraints.txt (or bash scripts/setup.sh)"
     return f"pip install 'arrcoc-edge[{extra}]'"

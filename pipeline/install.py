@@ -1,17 +1,26 @@
 """Where this copy of arrcoc-edge runs from: a source checkout or an installed package.
 
-A checkout has pyproject.toml and constraints.txt beside `pipeline/`; an installed package has
-`pipeline/` and `targets/` in site-packages and the files they read from outside them (the
-checkpoints, web/ and mobile/) bundled inside them by setup.py. Everything that must answer "where
-is X" or "how does this user install Y" asks here, so the answer is decided once.
+The project installs one import name, `arrcoc_edge`. In a checkout its two halves are the folders
+`pipeline/` (the package `arrcoc_edge` itself: the core) and `targets/` (`arrcoc_edge.targets`), at
+the repository's root beside pyproject.toml; setup.py maps them into the one package, and an
+installed copy has `arrcoc_edge/` in site-packages with `targets/` inside it and the files they read
+from outside Python (the checkpoints, web/ and mobile/) bundled under `bundled/` folders. Everything
+that must answer "where is X" or "how does this user install Y" asks here, so the answer is decided once.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout, or site-packages
+CORE = Path(__file__).resolve().parent  # the package `arrcoc_edge`: pipeline/ in a checkout
+ROOT = CORE.parent                      # the checkout, or site-packages
 CHECKOUT = (ROOT / "pyproject.toml").is_file() and (ROOT / "constraints.txt").is_file()
-PACKAGES = ("pipeline", "targets")  # this project's own Python packages, beside each other under ROOT
+TARGETS = ROOT / "targets" if CHECKOUT else CORE / "targets"  # the package `arrcoc_edge.targets`
+# this project's own Python code, folder -> the module prefix it holds (the same in both layouts)
+CODE = {CORE: "arrcoc_edge", TARGETS: "arrcoc_edge.targets"}
+# Building (export, training, bench) runs torch, whose pinned CPU wheel exists for this Python only;
+# the extras that pull torch install nothing on another Python (pyproject.toml's markers).
+BUILD_PYTHON = (3, 11)
+BUILD_EXTRAS = ("build", "mobile", "tensorrt", "text", "reference")
 
 
 def project_folder(name: str, bundled_in: Path) -> Path:

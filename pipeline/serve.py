@@ -13,7 +13,7 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from pipeline.errors import InputError
+from arrcoc_edge.errors import InputError
 
 ISOLATION_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",

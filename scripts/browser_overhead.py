@@ -74,7 +74,7 @@ def do_nothing_model(query_dim: int):
 
 
 def make_site(root: Path, model: Path, photos: dict, query: np.ndarray) -> None:
-    from targets.web.site_files import ORT_FILES
+    from arrcoc_edge.targets.web.site_files import ORT_FILES
 
     dist = REPO / "web" / "node_modules" / "onnxruntime-web" / "dist"
     (root / "ort").mkdir()
@@ -91,9 +91,9 @@ def make_site(root: Path, model: Path, photos: dict, query: np.ndarray) -> None:
 def main(model: Path, rounds: int = 200) -> None:
     import onnxruntime as ort
 
-    from pipeline.serve import serving
-    from targets.shared.onnx_common import ort_session
-    from targets.web.chromium import CHROMIUM_HOST
+    from arrcoc_edge.serve import serving
+    from arrcoc_edge.targets.shared.onnx_common import ort_session
+    from arrcoc_edge.targets.web.chromium import CHROMIUM_HOST
 
     rng = np.random.default_rng(0)
     query_dim = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).get_inputs()[1].shape[1]

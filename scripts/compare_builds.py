@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SETTLE_S = 0.002  # as pipeline.frontends.bench
+SETTLE_S = 0.002  # as arrcoc_edge.frontends.bench
 
 
 def _inputs(side: int, query_dim: int) -> dict[str, dict]:
@@ -51,8 +51,8 @@ def _runners(out: Path) -> dict:
     import torch
     import torch.jit.mobile  # noqa: F401 - not imported by `import torch`
 
-    from targets.shared import onnx_common
-    from targets.executorch import pte_runner
+    from arrcoc_edge.targets.shared import onnx_common
+    from arrcoc_edge.targets.executorch import pte_runner
 
     runners = {}
     if (out / "onnx" / "model.onnx").exists():

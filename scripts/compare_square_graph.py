@@ -27,7 +27,7 @@ def _cases(before: Path, after: Path, photo: np.ndarray, query: np.ndarray) -> d
     import torch.jit.mobile  # noqa: F401 - not imported by `import torch`
     from executorch.runtime import Runtime
 
-    from targets.shared import onnx_common
+    from arrcoc_edge.targets.shared import onnx_common
 
     square = np.ascontiguousarray(photo.transpose(0, 3, 1, 2).astype(np.float32) / 255.0)
     t_square, t_photo, t_query = (torch.from_numpy(a) for a in (square, photo, query))
@@ -49,7 +49,7 @@ def _cases(before: Path, after: Path, photo: np.ndarray, query: np.ndarray) -> d
 
 
 def main(before: Path, after: Path, rounds: int = 200) -> None:
-    from pipeline.stages.golden import _photo, square_crop, seeded_queries
+    from arrcoc_edge.stages.golden import _photo, square_crop, seeded_queries
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)

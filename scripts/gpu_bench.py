@@ -29,9 +29,9 @@ CONFIGS = ("eager", "compile", "compile-reduce-overhead")
 def load_model(checkpoint: str):
     """The checkpoint's model, or with "reference" a seeded model at arr-coc-0-1's own settings
     (G=32, K=200, D=2048 as for Qwen3-VL-2B): latency does not depend on the weights' values."""
-    from pipeline.relevance.checkpoint import REFERENCE_SETTINGS, load_checkpoint
-    from pipeline.relevance.model import ModelConfig, build_model
-    from pipeline.relevance.texture_maths import CELL
+    from arrcoc_edge.relevance.checkpoint import REFERENCE_SETTINGS, load_checkpoint
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.relevance.texture_maths import CELL
 
     if checkpoint == "reference":
         grid = REFERENCE_SETTINGS["grid"]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # for pipeline.errors (plain Python, no dependencies)
+sys.path.insert(0, str(REPO))  # for arrcoc_edge.errors (plain Python, no dependencies)
 
 
 def load_adapter():
@@ -90,7 +90,7 @@ def main() -> int:
     ap.add_argument("--ccs", default=None, help="the plan's compute capabilities (default: TensorRT-RTX's list)")
     args = ap.parse_args()
     tb = load_adapter()
-    from pipeline.errors import ArrcocError
+    from arrcoc_edge.errors import ArrcocError
 
     import torch
 

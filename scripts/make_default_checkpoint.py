@@ -7,8 +7,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.relevance.checkpoint import save_checkpoint
-from pipeline.relevance.model import ModelConfig, build_model
+from arrcoc_edge.relevance.checkpoint import save_checkpoint
+from arrcoc_edge.relevance.model import ModelConfig, build_model
 
 SEED = 0
 

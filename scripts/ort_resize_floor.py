@@ -10,7 +10,7 @@ It times, one thread, interleaved rounds in one process:
 
 The best the general path could ever cost is then the 16G model plus the difference of the two
 data paths: whatever the index maths costs comes on top. Exact operations only: the bytes the
-reference's bilinear resize reads and PyTorch's float32 blend order (pipeline.relevance.model.resize_taps).
+reference's bilinear resize reads and PyTorch's float32 blend order (arrcoc_edge.relevance.model.resize_taps).
 
     .venv/bin/invoke build --target onnx --out /tmp/floor
     .venv/bin/python scripts/ort_resize_floor.py /tmp/floor/onnx/model.onnx [ROUNDS]
@@ -31,7 +31,7 @@ OPSET, IR_VERSION = 18, 9  # onnxruntime 1.31 reads IR <= 13; onnx 1.23 writes 1
 def _taps(n: int, grid: int):
     import torch
 
-    from pipeline.relevance.texture_maths import CELL, _window_offsets, resize_taps
+    from arrcoc_edge.relevance.texture_maths import CELL, _window_offsets, resize_taps
 
     lower, upper, weight = resize_taps(_window_offsets(grid), torch.tensor(float(n)), CELL * grid)
     return lower.numpy(), upper.numpy(), weight.numpy()
@@ -68,7 +68,7 @@ def square_data_path(grid: int):
     """The 16G branch of model.onnx: rows, then columns, of the photo's own pixels."""
     from onnx import TensorProto, helper
 
-    from pipeline.relevance.texture_maths import CELL, _window_offsets
+    from arrcoc_edge.relevance.texture_maths import CELL, _window_offsets
 
     node = helper.make_node
     nodes = [node("Gather", ["image", "t"], ["r"], axis=1), node("Transpose", ["r"], ["rt"], perm=[0, 2, 3, 1]),
@@ -92,7 +92,7 @@ def main(model_path: str, rounds: int = 300) -> None:
 
     import onnx
 
-    from targets.shared.onnx_common import ort_session
+    from arrcoc_edge.targets.shared.onnx_common import ort_session
 
     model = onnx.load(model_path)
     dims = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in model.graph.output}

@@ -62,8 +62,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", default=str(REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"))
     args = parser.parse_args()
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.relevance.text_encoder import embed
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.relevance.text_encoder import embed
 
     ckpt = load_checkpoint(args.checkpoint)
     model, grid = ckpt.model.eval(), ckpt.config.grid

@@ -4,21 +4,21 @@ Adding a target = one module with a Target subclass + one line here.
 """
 from __future__ import annotations
 
-from pipeline.errors import InputError
-from pipeline.stages.target import Target
+from arrcoc_edge.errors import InputError
+from arrcoc_edge.stages.target import Target
 
-from targets.android.target import AndroidTarget
+from arrcoc_edge.targets.android.target import AndroidTarget
 # `invoke app-tokenize` reaches the apps' tokenizers here, like every target (.importlinter)
-from targets.app_tokenize import APPS as TOKENIZER_APPS, app_tokenize as tokenize_for_app
-from targets.coreml.target import CoremlTarget
-from targets.executorch import ExecutorchTarget
-from targets.ios.target import IosTarget
-from targets.onnx import OnnxTarget
-from targets.onnx_int8.target import OnnxInt8Target
-from targets.ptl import PtlTarget
-from targets.web.target import WebTarget
-from targets.tensorrt.target import TensorRTTarget
-from targets.text_encoder.target import TextEncoderTarget
+from arrcoc_edge.targets.app_tokenize import APPS as TOKENIZER_APPS, app_tokenize as tokenize_for_app
+from arrcoc_edge.targets.coreml.target import CoremlTarget
+from arrcoc_edge.targets.executorch import ExecutorchTarget
+from arrcoc_edge.targets.ios.target import IosTarget
+from arrcoc_edge.targets.onnx import OnnxTarget
+from arrcoc_edge.targets.onnx_int8.target import OnnxInt8Target
+from arrcoc_edge.targets.ptl import PtlTarget
+from arrcoc_edge.targets.web.target import WebTarget
+from arrcoc_edge.targets.tensorrt.target import TensorRTTarget
+from arrcoc_edge.targets.text_encoder.target import TextEncoderTarget
 
 TARGETS: dict[str, Target] = {t.name: t for t in (OnnxTarget(), OnnxInt8Target(), WebTarget(), TensorRTTarget(), CoremlTarget(), IosTarget(), ExecutorchTarget(), PtlTarget(), AndroidTarget(), TextEncoderTarget())}
 

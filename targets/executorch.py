@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.relevance.signature import OUTPUT_NAMES
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
 
-from targets.shared.onnx_common import param_bytes
+from arrcoc_edge.targets.shared.onnx_common import param_bytes
 
 FP32_FILE = "model_fp32.pte"
 INT8_FILE = "model_int8.pte"
@@ -142,7 +142,7 @@ GENERAL_PROGRAM = ("the build's program without its 16G fast path (torch.cond): 
 def general_program(ctx: BuildContext):
     """The checkpoint exported without the torch.cond fast path, its general resize reading whole
     rows (see GENERAL_PROGRAM and model.PhotoWindows.resized_by_rows)."""
-    from pipeline.stages.export import export_form
+    from arrcoc_edge.stages.export import export_form
 
     ctx.log("[executorch] exporting the program without its 16G fast path (no control flow), reading rows")
     return export_form(ctx.checkpoint.model, fast_path=False, general="rows")
@@ -155,7 +155,7 @@ INT8_SPEED_NOTE = ("dynamic int8 quantises the activations of every int8 linear 
 
 def square_program(ctx: BuildContext):
     """The checkpoint exported for 16G x 16G photos only (SQUARE_METHOD)."""
-    from pipeline.stages.export import export_square
+    from arrcoc_edge.stages.export import export_square
 
     ctx.log(f"[executorch] exporting the {SQUARE_METHOD} method (16G x 16G photos, no resize)")
     return export_square(ctx.checkpoint.model)
@@ -177,7 +177,7 @@ def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from pipeline.stages.export import MAX_BATCH, dynamic_shapes, example_inputs
+    from arrcoc_edge.stages.export import MAX_BATCH, dynamic_shapes, example_inputs
 
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
     # nn.Linear modules only: the balancer (most of the bytes). set_global would also quantise the
@@ -240,7 +240,7 @@ class ExecutorchTarget(Target):
     capability = "cpu (ExecuTorch Python runtime with XNNPACK)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:
-        from pipeline.stages.conversion_cache import convert_cached
+        from arrcoc_edge.stages.conversion_cache import convert_cached
 
         fp32_budget, int8_budget = _budgets(ctx)
         # the same checkpoint, code and calibration rows lower to the same .pte files: reused
@@ -280,7 +280,7 @@ class ExecutorchTarget(Target):
         is sized once, before it loads the program (PoolWorker), and the default rows in this one."""
         from executorch.extension.pybindings import portable_lib
 
-        from pipeline.stages.target import BenchCase
+        from arrcoc_edge.stages.target import BenchCase
 
         pool = portable_lib._threadpool_get_thread_count()
         cases = []
@@ -319,7 +319,7 @@ class PoolWorker:
         root = str(Path(__file__).resolve().parents[1])
         to_child, self._send = os.pipe()
         self._recv, from_child = os.pipe()
-        code = ("import sys; sys.path.insert(0, %r); from targets.executorch import _serve_pool_worker; "
+        code = ("import sys; sys.path.insert(0, %r); from arrcoc_edge.targets.executorch import _serve_pool_worker; "
                 "_serve_pool_worker(%r, %d, %d, %d, %d)" % (root, str(path), max_batch, threads, to_child, from_child))
         # The kernels outside XNNPACK (libexecutorch_kernels_optimized) parallelise with OpenMP, a
         # second pool that _unsafe_reset_threadpool does not size: OMP_NUM_THREADS does. Without it
@@ -422,7 +422,7 @@ def check_method_meta(path: Path, cfg) -> list[str]:
     if meta.num_inputs() != 2 or meta.num_outputs() != 3:
         raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / 3",
                           "the exported program must take (image, query) and return (relevance, topk_indices, weights)")
-    from pipeline.relevance.signature import MAX_SIDE
+    from arrcoc_edge.relevance.signature import MAX_SIDE
 
     # Dynamic dimensions show their upper bounds: the photo's height and width up to MAX_SIDE.
     want = {"image": [MAX_SIDE, MAX_SIDE, 3], "query": [cfg.query_dim],

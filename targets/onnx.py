@@ -1,10 +1,10 @@
 """ONNX FP32: the exported program as one .onnx file, checked in onnxruntime."""
 from __future__ import annotations
 
-from pipeline.stages.parity import LOSSLESS, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.stages.parity import LOSSLESS, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
 
-from targets.shared import onnx_common
+from arrcoc_edge.targets.shared import onnx_common
 
 
 def size_budget(ctx: BuildContext) -> int:

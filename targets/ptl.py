@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.relevance.signature import OUTPUT_NAMES
-from pipeline.stages.parity import LOSSLESS, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
+from arrcoc_edge.stages.parity import LOSSLESS, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
 
-from targets.shared.onnx_common import param_bytes
+from arrcoc_edge.targets.shared.onnx_common import param_bytes
 
 PTL_FILE = "model.ptl"
 
@@ -71,7 +71,7 @@ def trace_to_ptl(model, cfg, path: Path) -> Path:
     of the .ptl would require grad and an app would pay autograd bookkeeping on each call."""
     import torch
 
-    from pipeline.stages.export import example_inputs, model_form
+    from arrcoc_edge.stages.export import example_inputs, model_form
 
     # TorchScript's tracer cannot record torch.cond: trace the general resize, which computes the
     # same numbers for every size, as forward, and the 16G path as a second method
@@ -139,7 +139,7 @@ class PtlTarget(Target):
     def bench_cases(self, out: Path, entry: dict) -> list:
         import torch
 
-        from pipeline.stages.target import BenchCase
+        from arrcoc_edge.stages.target import BenchCase
 
         runner, default = self.published_runner(out, entry, "fp32"), torch.get_num_threads()
         cases = []

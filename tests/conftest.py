@@ -43,8 +43,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.relevance.checkpoint import load_checkpoint
-from pipeline.frontends.options import DEFAULT_CHECKPOINT
+from arrcoc_edge.relevance.checkpoint import load_checkpoint
+from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +59,7 @@ def loaded(checkpoint_path):
 
 @pytest.fixture(scope="session")
 def golden(loaded):
-    from pipeline.stages.golden import build_golden_set
+    from arrcoc_edge.stages.golden import build_golden_set
 
     return build_golden_set(loaded.model, loaded.config, loaded.path)  # the build's own: sentences and vectors
 
@@ -70,7 +70,7 @@ def exported(loaded, tmp_path_factory):
     and the lock lets the second worker find the first one's .pt2 (a cache hit)."""
     from filelock import FileLock
 
-    from pipeline.stages.export import export_cached
+    from arrcoc_edge.stages.export import export_cached
 
     cache = session_root(tmp_path_factory) / "export-cache"
     with FileLock(str(cache) + ".lock"):
@@ -80,7 +80,7 @@ def exported(loaded, tmp_path_factory):
 @pytest.fixture
 def make_ctx(loaded, exported, golden, tmp_path):
     """make_ctx(upstream={}, options={}) -> a BuildContext with its own staging folder."""
-    from pipeline.stages.target import BuildContext
+    from arrcoc_edge.stages.target import BuildContext
 
     def make(upstream=None, options=None, name="stage"):
         staging = tmp_path / name
@@ -140,7 +140,7 @@ def write_reference_checkpoint(path: Path, query_dim: int = 2048, seed: int = 7)
     seeded weights of our own, plus a frozen base_model key that the loader must ignore."""
     import torch
 
-    from pipeline.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
 
     state = dict(build_model(ModelConfig(query_dim=query_dim), seed=seed).state_dict())
     state["base_model.lm_head.weight"] = torch.zeros(2, 2)

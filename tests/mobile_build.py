@@ -37,7 +37,7 @@ def bundle_in_app(app: Path) -> dict[str, bytes]:
     user's seeded files and the build's record, which must list exactly these, by sha256."""
     import hashlib
 
-    from targets.shared.app_folder import RECORD
+    from arrcoc_edge.targets.shared.app_folder import RECORD
 
     files = {p.relative_to(app).as_posix(): p.read_bytes() for p in app.rglob("*") if p.is_file()}
     ours = {rel: data for rel, data in files.items() if rel not in USER_FILES and rel != RECORD}

@@ -28,7 +28,7 @@ def write_snapshot(folder: Path, dim: int, seed: int = 0, sharded: bool = False)
     weights in model.safetensors, or in shards named by model.safetensors.index.json."""
     from safetensors.torch import save_file
 
-    from pipeline.relevance.qwen_query import NPM_PACKAGE, TABLE_KEY_SNAPSHOT
+    from arrcoc_edge.relevance.qwen_query import NPM_PACKAGE, TABLE_KEY_SNAPSHOT
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -48,8 +48,8 @@ def write_snapshot(folder: Path, dim: int, seed: int = 0, sharded: bool = False)
 
 def write_whole_checkpoint(path: Path, dim: int, seed: int = 7, table_seed: int = 0) -> Path:
     """A reference .pt holding the whole ARRCOCQwen state dict, the token table included."""
-    from pipeline.relevance.model import ModelConfig, build_model
-    from pipeline.relevance.qwen_query import TABLE_KEY_CHECKPOINT
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.relevance.qwen_query import TABLE_KEY_CHECKPOINT
 
     state = dict(build_model(ModelConfig(query_dim=dim), seed=seed).state_dict())
     state[TABLE_KEY_CHECKPOINT] = synthetic_table(dim, table_seed)

@@ -22,9 +22,9 @@ import pytest
 
 from conftest import run_cli
 from mobile_build import ANDROID, bundle_in_app, seed_user_files, source_function, user_files_left
-from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+from arrcoc_edge.relevance.model import MAX_SIDE, MIN_SIDE
 from test_app_typed_query import QUERIES, app_ids, check_typed_queries
-from targets.shared import sources
+from arrcoc_edge.targets.shared import sources
 
 pytest.importorskip("executorch")
 pytestmark = [pytest.mark.slow, pytest.mark.compiler]
@@ -35,7 +35,7 @@ KOTLIN_APP = sorted(p for folder in ("main", "androidTest") for p in (ANDROID / 
 
 def require_jvm_toolchain() -> None:
     """The app's compile and JVM tests are part of this suite: without their toolchain it fails, in one line."""
-    from targets.android import app as android_app
+    from arrcoc_edge.targets.android import app as android_app
 
     reason = android_app.missing_reason()
     if reason:
@@ -92,8 +92,8 @@ def test_manifest_entry(built):
 
 
 def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract):
-    from targets.android import target as android
-    from targets.shared import mobile_contract
+    from arrcoc_edge.targets.android import target as android
+    from arrcoc_edge.targets.shared import mobile_contract
 
     out, app = built
     manifest = json.loads((out / "manifest.json").read_text())["targets"]["executorch"]
@@ -204,7 +204,7 @@ def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
     """sample.png decodes (PIL, as load_photo) to exactly the golden sample contract.app.sample_golden
     names: a whole non-square photo at its own size. GoldenParityTest.samplePhotoDecodesToTheGoldenBytes
     makes the same comparison with the app's own decoder on the device."""
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     app = contract["app"]
     sample = next(s for s in golden["samples"] if s["name"] == app["sample_golden"])
@@ -217,8 +217,8 @@ def test_sample_photo_is_the_golden_whole_photo(built, contract, golden):
 
 def test_app_looks_where_the_build_copies():
     """Static: which asset names the APK opens is only seen on a device (Assets.kt's AssetManager calls)."""
-    from targets.android import target as android
-    from targets.shared import mobile_contract
+    from arrcoc_edge.targets.android import target as android
+    from arrcoc_edge.targets.shared import mobile_contract
 
     # Gradle's default assets folder, not redefined by the app's build script
     assert android.APP_ASSETS == ANDROID / "app" / "src" / "main" / "assets"
@@ -280,8 +280,8 @@ def test_an_app_folder_that_cannot_be_written_fails_the_stage_in_one_line(built,
     fails at the same step; each used to rebuild android (~5 min each)."""
     from types import SimpleNamespace
 
-    from pipeline.errors import OutputDirError
-    from targets.android.target import AndroidTarget
+    from arrcoc_edge.errors import OutputDirError
+    from arrcoc_edge.targets.android.target import AndroidTarget
 
     staged = tmp_path / "staging"
     shutil.copytree(built[0] / "android", staged)
@@ -337,7 +337,7 @@ def app_build(built) -> dict:
 def test_every_kotlin_file_compiles_and_the_jvm_tests_pass(app_build):
     """The build compiled main, test and androidTest (and the stubs) with kotlinc 2.0.21 and ran the
     JUnit tests on the bundle it staged: all ran, none skipped, none failed."""
-    from targets.android import app as android_app
+    from arrcoc_edge.targets.android import app as android_app
 
     record = app_build["app_build"]
     assert record["status"] == "passed", record["reason"]
@@ -359,7 +359,7 @@ def test_every_kotlin_file_compiles_and_the_jvm_tests_pass(app_build):
 def test_kotlin_parity_equals_pipeline_parity_both_ways(app_build):
     """Kotlin's metrics, printed by the JVM test, next to pipeline/stages/parity.py's on the same arrays: the
     .pte outputs of ExecuTorch's Python runtime pass, the perturbed copies pass or fail as designed."""
-    from targets.android.app import TOLERANCE
+    from arrcoc_edge.targets.android.app import TOLERANCE
 
     cases = app_build["app_build_detail"]["parity_vs_python"]
     assert {"executorch-fp32", "executorch-int8", "tie-swap-within-tolerance", "swap-outside-tolerance",
@@ -374,8 +374,8 @@ def test_kotlin_parity_equals_pipeline_parity_both_ways(app_build):
 
 
 def test_a_compile_error_is_a_gate_error_naming_the_line(tmp_path):
-    from pipeline.errors import GateError
-    from targets.android import app as android_app
+    from arrcoc_edge.errors import GateError
+    from arrcoc_edge.targets.android import app as android_app
 
     require_jvm_toolchain()
     broken = tmp_path / "Broken.kt"
@@ -389,8 +389,8 @@ def test_a_compile_error_is_a_gate_error_naming_the_line(tmp_path):
 def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
     """The JVM parity test is not vacuous: one of Python's numbers changed by more than the tolerance
     and the run is a GateError naming the test."""
-    from pipeline.errors import GateError
-    from targets.android import app as android_app
+    from arrcoc_edge.errors import GateError
+    from arrcoc_edge.targets.android import app as android_app
 
     require_jvm_toolchain()
     assets = built[1]
@@ -408,7 +408,7 @@ def test_a_number_unlike_pythons_fails_the_jvm_tests(built, tmp_path):
 
 
 def test_a_missing_toolchain_is_not_run_with_the_command_that_installs_it(monkeypatch, tmp_path):
-    from targets.android import app as android_app
+    from arrcoc_edge.targets.android import app as android_app
 
     monkeypatch.setattr(android_app, "ANDROID_JAR", tmp_path / "absent" / "android.jar")
     record, detail = android_app.app_build(tmp_path, {}, dict, lambda _: None)
@@ -418,7 +418,7 @@ def test_a_missing_toolchain_is_not_run_with_the_command_that_installs_it(monkey
 
 def test_pipeline_parity_gives_the_tie_example_numbers_the_jvm_test_asserts():
     """GoldenTest.tieRuleMatchesPipelineParity (and GoldenParityTest on a device) assert these numbers."""
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.stages.parity import topk_overlap
 
     scores = np.array([[0.9, 0.5, 0.5004, 0.1]], dtype=np.float32)
     with_ties, strict = topk_overlap(scores, np.array([[0, 2]]), np.array([[0, 1]]), 1e-3)
@@ -430,7 +430,7 @@ def test_pipeline_parity_gives_the_tie_example_numbers_the_jvm_test_asserts():
 def test_minilm_typed_query_selects_what_predict_selects(android_build, tmp_path):
     """The app's typed-query path (tests/test_app_typed_query.py) for the shipped checkpoint, on the
     session's android build."""
-    from pipeline.relevance.text_encoder import tokenize
+    from arrcoc_edge.relevance.text_encoder import tokenize
 
     out, app = android_build.out, android_build.android_app
     typed = json.loads((app / "contract.json").read_text())["typed_text"]

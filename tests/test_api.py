@@ -1,4 +1,4 @@
-"""The Python API (issue 37): `from pipeline import build, load`, as a user's script runs it.
+"""The Python API (issue 37): `from arrcoc_edge import build, load`, as a user's script runs it.
 
 The script below uses only the calls docs/python.md shows; it runs in its own process, so its
 stdout (file descriptor 1, C++ runtimes included) can be checked to stay empty. Its numbers are
@@ -26,8 +26,8 @@ USER_SCRIPT = r'''
 import json, sys
 import numpy as np
 from PIL import Image
-import pipeline
-from pipeline import build, load
+import arrcoc_edge
+from arrcoc_edge import build, load
 
 out, photo, query_file, report = sys.argv[1:5]
 result = build(targets="onnx,ptl", out=out)
@@ -53,7 +53,7 @@ for name, call in bad.items():
     try:
         call()
         errors[name] = None
-    except pipeline.ArrcocError as error:
+    except arrcoc_edge.ArrcocError as error:
         errors[name] = [type(error).__name__, error.one_line()]
 found["errors"] = errors
 with open(report, "w") as f:
@@ -63,7 +63,7 @@ with open(report, "w") as f:
 
 @pytest.fixture(scope="module")
 def photo(tmp_path_factory) -> Path:
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     path = tmp_path_factory.mktemp("photos") / "cat.jpg"
     Image.fromarray(_photo("chelsea")).save(path, quality=92)
@@ -139,11 +139,11 @@ def test_a_users_script_equals_invoke_predict_and_prints_nothing(user_run, photo
 def test_import_pipeline_is_cheap_and_exports_the_api_and_errors():
     code = ("import sys, pipeline\n"
             "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'onnxruntime')]\n"
-            "import pipeline.building.build, pipeline.errors\n"  # the module pipeline/building/build.py must not shadow build()
-            "from pipeline import build, load, ArrcocError, InputError, GateError\n"
-            "assert callable(build) and build.__module__ == 'pipeline.frontends.api' and load.__module__ == 'pipeline.frontends.api'\n"
-            "assert issubclass(InputError, ArrcocError) and GateError is pipeline.errors.GateError\n"
-            "from pipeline.building.build import run_build\n")
+            "import arrcoc_edge.building.build, arrcoc_edge.errors\n"  # the module pipeline/building/build.py must not shadow build()
+            "from arrcoc_edge import build, load, ArrcocError, InputError, GateError\n"
+            "assert callable(build) and build.__module__ == 'arrcoc_edge.frontends.api' and load.__module__ == 'arrcoc_edge.frontends.api'\n"
+            "assert issubclass(InputError, ArrcocError) and GateError is arrcoc_edge.errors.GateError\n"
+            "from arrcoc_edge.building.build import run_build\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -161,8 +161,8 @@ def out(onnx_build):
 def test_exif_orientation_is_applied_to_files_and_pil_images_not_to_arrays(out, tmp_path):
     """A phone's portrait JPEG stored sideways with Orientation 6: the file and its PIL image are
     turned upright (as `invoke predict` decodes the file); an array is taken as given."""
-    from pipeline import load
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge import load
+    from arrcoc_edge.stages.golden import _photo
 
     stored = Image.fromarray(_photo("chelsea"))  # 451 x 300 as stored
     exif = stored.getexif()
@@ -183,8 +183,8 @@ def test_exif_orientation_is_applied_to_files_and_pil_images_not_to_arrays(out, 
                                   "photo too small", "a list is no photo", "batch_size 0", "threads 0",
                                   "runtime not a name", "empty query"])
 def test_bad_arguments_raise_input_error_with_a_fix(case, out, tmp_path):
-    import pipeline
-    from pipeline import load
+    import arrcoc_edge
+    from arrcoc_edge import load
 
     photo = np.zeros((64, 48, 3), np.uint8)
     with load(out) as model:
@@ -204,13 +204,13 @@ def test_bad_arguments_raise_input_error_with_a_fix(case, out, tmp_path):
             a, b = model.predict(photo, vec / np.linalg.norm(vec)), model.predict(photo, (vec / np.linalg.norm(vec)).astype(np.float32))
             np.testing.assert_array_equal(a.relevance, b.relevance)
             return
-        with pytest.raises(pipeline.InputError) as caught:
+        with pytest.raises(arrcoc_edge.InputError) as caught:
             calls[case]()
     assert caught.value.fix and "\n" not in caught.value.one_line()
 
 
 def test_predict_many_keeps_order_batches_by_size_and_reports_unreadable_photos(out, tmp_path):
-    from pipeline import InputError, load
+    from arrcoc_edge import InputError, load
 
     rng = np.random.default_rng(1)
     photos = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in
@@ -237,7 +237,7 @@ def test_predict_many_keeps_order_batches_by_size_and_reports_unreadable_photos(
 
 
 def test_printed_size_and_json_image_size_say_the_same_order(out, tmp_path):
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "cat.jpg")
     proc = run_cli("predict", "--image", str(tmp_path / "cat.jpg"), "--query", QUESTION, "--out", str(out),
@@ -248,7 +248,7 @@ def test_printed_size_and_json_image_size_say_the_same_order(out, tmp_path):
 
 
 def _folder(tmp_path) -> Path:
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     photos = tmp_path / "photos"
     photos.mkdir()
@@ -324,7 +324,7 @@ def test_every_example_of_docs_python_md_runs(tmp_path):
     """The page's ```python blocks, in order, in one process, in a folder holding only photo.jpg
     (the page makes its own query.npy: issue 42 found it loading one nothing made): they build,
     load, predict and catch errors as written."""
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "photo.jpg")
     page = (REPO / "docs" / "python.md").read_text()
@@ -356,12 +356,12 @@ def test_the_wheel_loads_and_predicts_outside_the_checkout(out, tmp_path):
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site),
                               str(whl)], capture_output=True, text=True, timeout=900)
     assert install.returncode == 0, install.stderr[-2000:]
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "cat.jpg")
     code = ("import sys, pipeline\n"
-            f"assert pipeline.__file__.startswith({str(site)!r}), pipeline.__file__\n"
-            "from pipeline import load\n"
+            f"assert arrcoc_edge.__file__.startswith({str(site)!r}), arrcoc_edge.__file__\n"
+            "from arrcoc_edge import load\n"
             f"model = load({str(out)!r})\n"
             f"p = model.predict({str(tmp_path / 'cat.jpg')!r}, 'where is the cat?')\n"
             "import json; print(json.dumps(p.to_json()))\n")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from pipeline.stages.parity import Gate
-from targets.app_encoder import AppEncoder, typed_text_entry
+from arrcoc_edge.stages.parity import Gate
+from arrcoc_edge.targets.app_encoder import AppEncoder, typed_text_entry
 
 
 def test_typed_text_entry_same_for_two_timings(tmp_path):
@@ -26,8 +26,8 @@ def test_contract_files_name_every_bundle_file_and_a_mixed_bundle_is_refused(tmp
     one by one) with bytes and sha256; a file of another build (a copy killed half way) is found."""
     import pytest
 
-    from pipeline.errors import ExportError
-    from targets.shared import mobile_contract
+    from arrcoc_edge.errors import ExportError
+    from arrcoc_edge.targets.shared import mobile_contract
 
     (tmp_path / "golden.json").write_text('{"samples": []}')
     (tmp_path / "golden.bin").write_bytes(b"\0" * 64)

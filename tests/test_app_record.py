@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import OutputDirError
-from targets.shared.app_folder import RECORD, copy_to_app
+from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.targets.shared.app_folder import RECORD, copy_to_app
 
 FIRST = {"contract.json": b'{"v": 1}\n', "shared/model.pte": b"pte one", "golden.json": b"{}"}
 SECOND = {"contract.json": b'{"v": 2}\n', "model.int8.pte": b"pte two", "golden.json": b"{}"}

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import OutputDirError
-from targets.shared.app_folder import copy_to_app
+from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.targets.shared.app_folder import copy_to_app
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -162,8 +162,8 @@ def test_a_killed_copys_temporary_file_goes_and_a_look_alike_of_the_users_stays(
 PLANT_AND_COMPILE = r'''
 import hashlib, json, os, shutil, sys, tempfile
 from pathlib import Path
-from pipeline.errors import GateError
-from targets.android import app as android_app
+from arrcoc_edge.errors import GateError
+from arrcoc_edge.targets.android import app as android_app
 
 how, stubs = sys.argv[1], Path(sys.argv[2])
 android_app.SOURCE_SETS["stubs"] = stubs
@@ -210,7 +210,7 @@ print(json.dumps({"outcome": outcome, "notes": notes, "key": key, "left": left})
 @pytest.fixture(scope="module")
 def broken_stubs(tmp_path_factory) -> Path:
     """The compile-only stubs with a type error: the first kotlinc run fails (the cheapest compile error)."""
-    from targets.android import app as android_app
+    from arrcoc_edge.targets.android import app as android_app
 
     if android_app.missing_reason():
         pytest.fail(f"Android app toolchain missing: {android_app.missing_reason()}", pytrace=False)
@@ -253,7 +253,7 @@ def test_a_planted_or_unsound_class_cache_never_passes_broken_kotlin(tmp_path, b
 def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monkeypatch):
     """The seal is re-checked on every use: a class file changed, added or replaced by a link after
     the seal, or the entry's folder left writable by others, each says why it is not used."""
-    from pipeline.stages import private_cache
+    from arrcoc_edge.stages import private_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     cache = private_cache.user_cache_dir("android-classes")
@@ -285,7 +285,7 @@ def test_a_cache_entry_changed_after_it_was_sealed_is_not_trusted(tmp_path, monk
 
 def swift_chroot() -> Path:
     """The shared setup's chroot (never made or removed here: other builds use it concurrently)."""
-    from targets.ios import swift as ios_swift
+    from arrcoc_edge.targets.ios import swift as ios_swift
 
     swift, why = ios_swift.Swift.find()
     if swift is None or swift.chroot is None:
@@ -307,7 +307,7 @@ def mount_ids_under(root: Path) -> set[str]:
 def test_a_chroot_named_through_a_link_is_unmounted_after_the_session(tmp_path):
     """ARRCOC_SWIFT_CHROOT spelled through a link: /proc and /dev are mounted for the session and
     gone after it (mountinfo lists the real path; the check compares that)."""
-    from targets.ios import swift as ios_swift
+    from arrcoc_edge.targets.ios import swift as ios_swift
 
     real = swift_chroot()
     link = tmp_path / "chroot-link"
@@ -322,8 +322,8 @@ def test_a_chroot_named_through_a_link_is_unmounted_after_the_session(tmp_path):
 SESSION = r'''
 import sys, time
 from pathlib import Path
-from pipeline.errors import GateError
-from targets.ios import swift as ios_swift
+from arrcoc_edge.errors import GateError
+from arrcoc_edge.targets.ios import swift as ios_swift
 try:
     with ios_swift.Swift(Path(sys.argv[1])).session():
         print("in", time.time(), flush=True)
@@ -393,8 +393,8 @@ def test_a_lock_that_is_not_a_regular_file_of_ours_is_refused_at_once(tmp_path, 
 BUILD_IN_CHROOT = r'''
 import sys
 from pathlib import Path
-from targets.ios import app as ios_app
-from targets.ios import swift as ios_swift
+from arrcoc_edge.targets.ios import app as ios_app
+from arrcoc_edge.targets.ios import swift as ios_swift
 swift = ios_swift.Swift.find()[0]
 with swift.session():
     work = swift.workdir()
@@ -424,7 +424,7 @@ def test_a_killed_build_leaves_no_swift_process_compiling(tmp_path):
     import signal
     import time
 
-    from targets.ios import swift as ios_swift
+    from arrcoc_edge.targets.ios import swift as ios_swift
 
     real = swift_chroot()
     (tmp_path / "resources").mkdir()

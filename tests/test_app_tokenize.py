@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from targets import app_tokenize
-from targets.android import app as android_app
-from targets.ios import swift as ios_swift
-from targets.shared import tokenizer_cases
+from arrcoc_edge.targets import app_tokenize
+from arrcoc_edge.targets.android import app as android_app
+from arrcoc_edge.targets.ios import swift as ios_swift
+from arrcoc_edge.targets.shared import tokenizer_cases
 from tests.one_line import one_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_app_ids_equal_pythons(app, source, queries):
     assert not wrong, f"{len(wrong)} lines differ, first {wrong[0]!r}"
     # the Python encoder's own path (transformers, as sentence-transformers calls it) for MiniLM
     if max_length is not None:
-        from pipeline.relevance import text_encoder
+        from arrcoc_edge.relevance import text_encoder
 
         enc = text_encoder.tokenizer()(texts, truncation=True, max_length=max_length)["input_ids"]
         assert [list(x) for x in enc] == got
@@ -114,7 +114,7 @@ def test_platform_unicode_differences_are_the_listed_ones(app, tmp_path):
 def test_unicode_tables_are_the_installed_crates():
     """UnicodeTables.kt / .swift hold what the installed `tokenizers` decides for every code point."""
     for path, text in app_tokenize.rendered_tables().items():
-        assert path.read_text() == text, f"{path.name} is stale: run `python -m targets.app_tokenize --write-tables`"
+        assert path.read_text() == text, f"{path.name} is stale: run `python -m arrcoc_edge.targets.app_tokenize --write-tables`"
 
 
 def test_bad_input_is_one_line(tmp_path):

@@ -55,7 +55,7 @@ def through_the_app(app: Path, ids: list[int]) -> tuple[dict, float]:
     from executorch.runtime import Runtime
     from PIL import Image
 
-    from pipeline.relevance.model import OUTPUT_NAMES
+    from arrcoc_edge.relevance.model import OUTPUT_NAMES
 
     data = json.loads((app / "contract.json").read_text())
     enc = data["typed_text"]["encoder"]
@@ -105,7 +105,7 @@ def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference
     reference_typed_query_build, shared with tests/test_ios_typed_query.py, tests/test_web_qwen.py and
     tests/test_qwen_query.py; 4 min for its first user in a whole run, 7 min at load 4). Over 60 s itself too: the app tokenizer's compile and `invoke predict` on the six
     queries."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     out, app = reference_typed_query_build.out, reference_typed_query_build.android_app
     typed = json.loads((app / "contract.json").read_text())["typed_text"]

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import HostCapabilityError
+from arrcoc_edge.errors import HostCapabilityError
 
 pytestmark = pytest.mark.slow
 ISA = "aarch64 (emulated)"
 
 
 def _emulation_or_skip():
-    from targets.shared import arm64
+    from arrcoc_edge.targets.shared import arm64
 
     try:
         return arm64.emulation_root()
@@ -43,7 +43,7 @@ def _variants(out: Path) -> dict:
 
 
 def test_manifest_records_parity_per_isa(int8_out, golden):
-    from targets.shared.arm64 import CPUS
+    from arrcoc_edge.targets.shared.arm64 import CPUS
 
     variants = _variants(int8_out)
     assert set(variants) >= {"fp32-ort", "int8-ort"} and len(variants) == 3
@@ -100,7 +100,7 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
 
 
 def test_arm64_runner_matches_x86_on_published_fp32_ort(int8_out, golden):
-    from targets.shared import arm64, onnx_common
+    from arrcoc_edge.targets.shared import arm64, onnx_common
 
     path = int8_out / _variants(int8_out)["fp32-ort"]["files"][0]
     split = golden.heldout
@@ -121,8 +121,8 @@ def test_arm64_runner_matches_x86_on_published_fp32_ort(int8_out, golden):
 def _fp32_ort_variant(out: Path, ctx, gate=None):
     import shutil
 
-    from pipeline.stages.parity import LOSSLESS
-    from pipeline.stages.target import Variant
+    from arrcoc_edge.stages.parity import LOSSLESS
+    from arrcoc_edge.stages.target import Variant
 
     path = ctx.staging / "model.fp32.ort"
     shutil.copyfile(out / _variants(out)["fp32-ort"]["files"][0], path)
@@ -131,9 +131,9 @@ def _fp32_ort_variant(out: Path, ctx, gate=None):
 
 def test_unavailable_emulation_is_not_measured(int8_out, make_ctx, monkeypatch, tmp_path):
     """No emulation root: the arm64 entry says why, the variant's status is decided by x86."""
-    from pipeline.building.build import verify_variant
-    from pipeline.publishing import manifest, report
-    from targets import TARGETS
+    from arrcoc_edge.building.build import verify_variant
+    from arrcoc_edge.publishing import manifest, report
+    from arrcoc_edge.targets import TARGETS
 
     monkeypatch.setenv("ARRCOC_ARM64_ROOT", str(tmp_path / "no-such-root"))
     ctx = make_ctx()
@@ -149,7 +149,7 @@ def test_unavailable_emulation_is_not_measured(int8_out, make_ctx, monkeypatch, 
 
 
 def test_untrusted_or_incomplete_root_is_refused(monkeypatch, tmp_path):
-    from targets.shared import arm64
+    from arrcoc_edge.targets.shared import arm64
 
     root = tmp_path / "root"
     for sub in ("sysroot/usr/bin", "site/onnxruntime", "site/numpy"):
@@ -174,11 +174,11 @@ def test_untrusted_or_incomplete_root_is_refused(monkeypatch, tmp_path):
 def test_measured_arm64_failure_fails_the_variant(int8_out, golden, make_ctx):
     """A gate that this host's kernels meet and the ARM kernels, measured, do not: the variant fails
     on arm64 and its stage is not published. The gate is put between the two measured errors."""
-    from pipeline.building.build import run_stage
-    from pipeline.stages.parity import LOSSLESS, Gate, parity_metrics
-    from pipeline.stages.target import run_split
-    from targets import TARGETS
-    from targets.shared import arm64, onnx_common
+    from arrcoc_edge.building.build import run_stage
+    from arrcoc_edge.stages.parity import LOSSLESS, Gate, parity_metrics
+    from arrcoc_edge.stages.target import run_split
+    from arrcoc_edge.targets import TARGETS
+    from arrcoc_edge.targets.shared import arm64, onnx_common
 
     path = int8_out / _variants(int8_out)["fp32-ort"]["files"][0]
     runners = {"x86_64": onnx_common.ort_runner(path), **{isa: arm64.arm64_runner(path, isa=isa) for isa in arm64.CPUS}}
@@ -216,8 +216,8 @@ def test_one_emulated_process_serves_a_stage_and_a_failure_or_overrun_costs_only
     files give the outputs a process of their own gives, bit for bit. A model that kills the worker
     is a measured failure (GateError) and one that overruns its limit is not measured
     (HostCapabilityError); either way the next model runs in a fresh process. Closing ends it."""
-    from pipeline.errors import GateError
-    from targets.shared import arm64
+    from arrcoc_edge.errors import GateError
+    from arrcoc_edge.targets.shared import arm64
 
     _emulation_or_skip()
     files = [int8_out / v["files"][0] for v in _variants(int8_out).values()]

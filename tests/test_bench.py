@@ -40,7 +40,7 @@ def test_bench_writes_rows_side_by_side(onnx_build, tmp_path):
     # issue 37: the Python API beside the bare call of the same runtime, 1 thread, at batch 1 and 8
     api = {(r["runtime"].split(",")[0], r["batch"]) for r in rows if r["runtime"].startswith("api: ") and r["threads"] == 1}
     assert {(name, b) for name in ("api: bare runtime call", "api: load().predict / predict_many") for b in (1, 8)} <= api
-    assert {g["goal"].split(" <=")[0] for g in data["goals"]} >= {"pipeline.load().predict", "pipeline predict_many"}
+    assert {g["goal"].split(" <=")[0] for g in data["goals"]} >= {"arrcoc_edge.load().predict", "pipeline predict_many"}
     # a folder of photos through `invoke predict` in one process: photos per second recorded and printed
     folder = data["folder"]
     assert folder["photos"] == 12 and folder["photos_per_s"] > 0 and folder["runtime"].startswith("onnx")
@@ -63,8 +63,8 @@ def test_bench_without_artifacts_is_a_clear_error(tmp_path):
 
 
 def test_a_variant_slower_than_its_fp32_gets_its_targets_reason():
-    from pipeline.frontends.bench import speed_notes
-    from pipeline.stages.target import BenchCase
+    from arrcoc_edge.frontends.bench import speed_notes
+    from arrcoc_edge.stages.target import BenchCase
 
     cases = [BenchCase("rt fp32 (1 thread)", print, 1),
              BenchCase("rt int8 (1 thread)", print, 1, compare_to="rt fp32 (1 thread)", speed_note="the reason")]
@@ -80,7 +80,7 @@ def test_bench_inputs_are_contiguous_copies_of_the_golden_views():
     make the native runtimes copy it inside each timed call while the browser case does not."""
     import numpy as np
 
-    from pipeline.frontends.bench import frame
+    from arrcoc_edge.frontends.bench import frame
 
     base = np.arange(4 * 3 * 4 * 4, dtype=np.float32).reshape(4, 3, 4, 4)
     views = {"image": base[::2], "query": np.ones((4, 3), np.float32)[:, :2]}
@@ -92,7 +92,7 @@ def test_bench_inputs_are_contiguous_copies_of_the_golden_views():
 
 
 def test_speed_goals_are_ratios_of_one_thread_medians_of_one_run():
-    from pipeline.frontends.bench import speed_goals
+    from arrcoc_edge.frontends.bench import speed_goals
 
     row = lambda runtime, case, ms, threads=1: {"runtime": runtime, "case": case, "threads": threads,  # noqa: E731
                                                 "median_ms": ms}

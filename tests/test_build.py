@@ -39,14 +39,14 @@ def snapshot(out: Path) -> dict[str, str]:
 
 
 def staging_left(out: Path) -> list[Path]:
-    from pipeline.publishing.folder_state import STAGING, state_dir
+    from arrcoc_edge.publishing.folder_state import STAGING, state_dir
 
     staging = state_dir(out) / STAGING
     return list(staging.glob("*")) if staging.exists() else []
 
 
 def generations(out: Path) -> list[Path]:
-    from pipeline.publishing.folder_state import GENERATIONS, state_dir
+    from arrcoc_edge.publishing.folder_state import GENERATIONS, state_dir
 
     return sorted((state_dir(out) / GENERATIONS).iterdir())
 

@@ -24,7 +24,7 @@ from test_escapes import assert_one_line, part, publish_files, tree
 
 
 def ledger_path(out: Path) -> Path:
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     return folder_state.state_dir(out) / folder_state.LEDGER
 
@@ -94,7 +94,7 @@ def outside_the_log(found: dict) -> dict:
 
 def test_the_ledger_still_accepts_what_the_tool_itself_writes(tmp_path):
     """The check refuses edits, not the tool's own entries: two publishes and a clean go through."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"a"})
@@ -191,7 +191,7 @@ def _publish_with_swallowed_interrupt(out: Path, where: str):
     (write_extras), or in the body before publishing starts (between stages)."""
     from test_escapes import entry_for, manifest_for
 
-    from pipeline.publishing import locking, publish, reading
+    from arrcoc_edge.publishing import locking, publish, reading
 
     def body():
         with locking.build_lock(out, log=lambda m: None):
@@ -212,8 +212,8 @@ def _publish_with_swallowed_interrupt(out: Path, where: str):
 
 @pytest.mark.parametrize("where", ["while writing the report", "between stages"])
 def test_a_ctrl_c_swallowed_by_a_callback_stops_the_build_before_it_publishes(where, tmp_path, capsys, monkeypatch):
-    from pipeline.frontends import cli
-    from pipeline.publishing import folder_state, locking
+    from arrcoc_edge.frontends import cli
+    from arrcoc_edge.publishing import folder_state, locking
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"old"}, note="old")
@@ -232,7 +232,7 @@ def test_a_ctrl_c_swallowed_by_a_callback_stops_the_build_before_it_publishes(wh
 
 
 def test_a_ctrl_c_swallowed_after_a_task_finished_is_still_exit_130(capsys, monkeypatch):
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
 
@@ -250,7 +250,7 @@ def test_a_ctrl_c_swallowed_after_a_task_finished_is_still_exit_130(capsys, monk
 
 @pytest.mark.parametrize("earlier", [b"the previous heatmap", None])
 def test_a_ctrl_c_while_writing_leaves_the_previous_file_or_none(earlier, tmp_path):
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     path = tmp_path / "heat.png"
     if earlier is not None:
@@ -302,9 +302,9 @@ def test_verify_ends_with_a_verdict_line(tmp_path):
 
 
 def test_the_build_s_closing_line_names_an_action(tmp_path):
-    import targets as table
-    from pipeline.building.build import StageResult
-    from pipeline.frontends.cli import next_step
+    from arrcoc_edge import targets as table
+    from arrcoc_edge.building.build import StageResult
+    from arrcoc_edge.frontends.cli import next_step
 
     own = StageResult(table.TARGETS["onnx"], "failed",
                       "missing dependency: target 'onnx' needs onnx -> fix: pip install -e '.[onnx]'")
@@ -324,7 +324,7 @@ def page_colour(v: float) -> tuple[np.ndarray, float]:
 
 
 def test_the_heatmap_uses_the_page_s_colour_scale():
-    from pipeline.publishing.overlay import heat_colour
+    from arrcoc_edge.publishing.overlay import heat_colour
 
     app = (Path(__file__).resolve().parent.parent / "web" / "app.js").read_text()
     assert "hsla(${Math.round(240 * (1 - v))}, 100%, 50%, ${0.12 + 0.43 * v})" in app  # the stops compared below
@@ -338,7 +338,7 @@ def test_the_heatmap_uses_the_page_s_colour_scale():
 @pytest.mark.parametrize("size,drawn", [((20, 20), (512, 512)), ((16, 40), (205, 512)), ((451, 300), (512, 341)),
                                         ((4000, 3000), (2048, 1536)), ((1024, 768), (1024, 768))])
 def test_the_heatmap_is_drawn_at_a_readable_size_with_a_legend(size, drawn):
-    from pipeline.publishing.overlay import LEGEND_HEIGHT, heatmap
+    from arrcoc_edge.publishing.overlay import LEGEND_HEIGHT, heatmap
 
     w, h = size
     photo = np.full((h, w, 3), 128, np.uint8)
@@ -359,7 +359,7 @@ class SwallowsCtrlCOnnx:
     inside a __del__, as torch's weakref callback did) and then finishes normally."""
 
     def __new__(cls):
-        from targets.onnx import OnnxTarget
+        from arrcoc_edge.targets.onnx import OnnxTarget
 
         class Swallowing(OnnxTarget):
             def build(self, ctx):
@@ -375,8 +375,8 @@ def test_a_real_build_whose_ctrl_c_was_swallowed_publishes_nothing_and_exits_130
                                                                                    monkeypatch, capsys):
     from test_build import snapshot, staging_left
 
-    import targets as table
-    from pipeline.frontends import cli
+    from arrcoc_edge import targets as table
+    from arrcoc_edge.frontends import cli
 
     before = snapshot(previous)
     ignored = []
@@ -399,7 +399,7 @@ def test_a_build_log_that_is_not_a_regular_file_never_blocks_the_build(kind, tmp
     """Finding 5's class, for build.log: `open(path, "a")` on a FIFO blocks forever, and a link
     would append the build's third-party output to whatever it names. Now the log is opened only
     as a regular file; otherwise third-party output stays on the terminal."""
-    from pipeline.frontends.console import build_console
+    from arrcoc_edge.frontends.console import build_console
 
     out = tmp_path / "out"
     state = tmp_path / ".out.arrcoc-edge"
@@ -438,7 +438,7 @@ def publish_noted(out: Path, data: bytes) -> list[str]:
     """publish_files, as a build publishes, returning the notes it logged."""
     from test_escapes import entry_for, manifest_for
 
-    from pipeline.publishing import locking, publish, reading, takeover
+    from arrcoc_edge.publishing import locking, publish, reading, takeover
 
     notes = []
     takeover.prepare_out_dir(out)
@@ -483,7 +483,7 @@ RELEASES = ["mv", "mv into a subfolder", "cp -a (copies the link)", "ln -s to th
 
 @pytest.mark.parametrize("how", RELEASES)
 def test_a_renamed_or_copied_output_folder_keeps_its_release_until_no_link_leads_to_it(how, tmp_path):
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     out = tmp_path / "out"
     publish_noted(out, b"v1")
@@ -513,7 +513,7 @@ def test_a_renamed_or_copied_output_folder_keeps_its_release_until_no_link_leads
 
 
 def test_two_kept_releases_both_verify_and_clean_keeps_them_and_says_so(tmp_path):
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     out = tmp_path / "out"
     publish_noted(out, b"v1")
@@ -610,7 +610,7 @@ def test_a_manifest_path_longer_than_a_file_name_may_be_is_one_line(tmp_path):
 
 
 def test_clean_keeps_user_files_in_the_cache_and_hidden_files_and_names_every_generation(tmp_path):
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"a"})

@@ -13,11 +13,11 @@ from safetensors.torch import save_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.relevance.checkpoint import load_checkpoint, override_settings, save_checkpoint
-from pipeline.frontends.options import DEFAULT_CHECKPOINT
-from pipeline.errors import CheckpointError, InputError, SettingsError
-from pipeline.frontends.options import optional_positive
-from pipeline.relevance.model import ModelConfig, build_model
+from arrcoc_edge.relevance.checkpoint import load_checkpoint, override_settings, save_checkpoint
+from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT
+from arrcoc_edge.errors import CheckpointError, InputError, SettingsError
+from arrcoc_edge.frontends.options import optional_positive
+from arrcoc_edge.relevance.model import ModelConfig, build_model
 
 
 def _same_weights(a, b) -> bool:

@@ -108,7 +108,7 @@ def test_manifest_of_the_wrong_shape_is_one_line_for_every_reader(content, why, 
 
 
 def test_verify_reports_files_the_manifest_does_not_list(tmp_path):
-    from pipeline.publishing import locking, publish
+    from arrcoc_edge.publishing import locking, publish
 
     files = tmp_path / "staged" / "t"
     files.mkdir(parents=True)
@@ -176,8 +176,8 @@ def listing(name: str, folder: Path) -> dict:
 def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
     """An immutable generations folder (chattr +i: even root cannot write it): the build fails
     with one line and the published state is unchanged."""
-    from pipeline.frontends import cli
-    from pipeline.publishing import folder_state, locking, publish
+    from arrcoc_edge.frontends import cli
+    from arrcoc_edge.publishing import folder_state, locking, publish
 
     staged = tmp_path / "staged" / "t"
     staged.mkdir(parents=True)
@@ -195,7 +195,7 @@ def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
         staged2.mkdir(parents=True)
         with pytest.raises(Exception) as info, locking.build_lock(out):
             publish.publish(out, {"t": staged2}, {"targets": {"t": {"files": []}}}, log=lambda m: None)
-        from pipeline.errors import OutputDirError
+        from arrcoc_edge.errors import OutputDirError
 
         assert isinstance(info.value, OutputDirError)
         assert "\n" not in info.value.one_line() and "chattr -i" in info.value.fix
@@ -208,8 +208,8 @@ def test_folder_that_cannot_be_written_at_publish_time_is_one_line(tmp_path):
 def test_published_target_folder_that_cannot_be_removed_does_not_block_publishing(tmp_path):
     """A published target folder made immutable: the new generation never modifies it, so the
     build publishes; the old generation it cannot remove is named in a note, not a traceback."""
-    from pipeline.frontends import cli
-    from pipeline.publishing import folder_state, locking, publish
+    from arrcoc_edge.frontends import cli
+    from arrcoc_edge.publishing import folder_state, locking, publish
 
     out = tmp_path / "out"
     out.mkdir()
@@ -271,7 +271,7 @@ def test_the_commands_help_shows_the_commands_and_only_the_options_they_use():
     import sys
 
     proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['arrcoc-edge', '--help']\n"
-                           "from pipeline.frontends.commands import main; main()"],
+                           "from arrcoc_edge.frontends.commands import main; main()"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     for name in ("build", "predict", "verify", "merge", "clean", "serve", "bench", "train", "app-tokenize",
@@ -297,7 +297,7 @@ def test_a_ctrl_c_during_a_module_import_waits_for_the_import_then_is_exit_130(t
     child = textwrap.dedent(f"""
         import sys, time
         sys.path[:0] = [{str(tmp_path)!r}, {str(REPO)!r}]
-        from pipeline.frontends import cli
+        from arrcoc_edge.frontends import cli
         def task():
             import slowmod  # noqa: F401
             time.sleep(30)
@@ -324,7 +324,7 @@ def test_a_tasks_last_line_reaches_the_terminal_while_another_thread_silences_fd
 
     script = (
         "import threading\n"
-        "from pipeline.frontends import cli, redirect\n"
+        "from arrcoc_edge.frontends import cli, redirect\n"
         "held, done = threading.Event(), threading.Event()\n"
         "def hold():\n"
         "    with redirect.fds_to(None):\n"
@@ -356,7 +356,7 @@ def test_an_error_after_a_swallowed_ctrl_c_is_still_exit_130_and_one_line(capsys
     import signal
     import time
 
-    from pipeline.frontends.cli import guarded
+    from arrcoc_edge.frontends.cli import guarded
 
     def body():
         try:

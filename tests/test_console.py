@@ -26,7 +26,7 @@ def test_non_verbose_executorch_build_prints_no_third_party_noise(android_build)
     terminal = android_build.stdout + android_build.stderr
     assert not NOISE.findall(terminal), terminal
     assert re.search(r"^executorch +fp32 +published", android_build.stdout, re.M)  # the table is still there
-    from pipeline.publishing.folder_state import state_dir
+    from arrcoc_edge.publishing.folder_state import state_dir
 
     log_path = state_dir(out) / "build.log"  # beside the output folder, in the tool's state (issue 25)
     assert f"third-party messages (warnings, converter output): {log_path}" in android_build.stdout

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.stages import conversion_cache as cc
-from pipeline.stages import private_cache
+from arrcoc_edge.stages import conversion_cache as cc
+from arrcoc_edge.stages import private_cache
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_the_key_moves_with_inputs_tools_and_every_source_file(tmp_path, monkeyp
     root = tmp_path / "code"
     (root / "deep").mkdir(parents=True)
     (root / "deep" / "stage.py").write_text("A = 1\n")
-    monkeypatch.setattr(cc, "_CODE_ROOTS", (root,))
+    monkeypatch.setattr(cc, "CODE_ROOTS", {root: "arrcoc_edge"})
     cc.code_digest.cache_clear()
     before = cc.conversion_key("demo", {"program": "abc"}, ("numpy",))
     (root / "deep" / "stage.py").write_text("A = 2\n")
@@ -164,8 +164,8 @@ def test_sentence_embeddings_come_back_bit_for_bit_and_are_computed_once(cache_h
     """The golden set's and the encoder gates' Python reference embeddings (sentences.cached_minilm_embed)
     equal text_encoder.embed's float32 bytes, from the cache as from the encoder; a new list of
     texts is a new entry."""
-    from pipeline.relevance import text_encoder
-    from pipeline.stages import sentences
+    from arrcoc_edge.relevance import text_encoder
+    from arrcoc_edge.stages import sentences
 
     calls = []
     real = text_encoder.embed
@@ -184,7 +184,7 @@ def test_sentence_embeddings_come_back_bit_for_bit_and_are_computed_once(cache_h
 def test_an_onnx_export_is_reused_per_program_and_form(cache_home, tmp_path, loaded, exported, monkeypatch):
     """onnx_common.export_onnx_cached exports once per (program, form): the second build's
     model.onnx is the first's bytes, and another form is another export."""
-    from targets.shared import onnx_common
+    from arrcoc_edge.targets.shared import onnx_common
 
     exports = []
     real = onnx_common.export_onnx

@@ -39,7 +39,7 @@ def package(built: Path, entry: dict, variant: str) -> Path:
 
 def _run(program, inputs: dict) -> dict:
     """The package's program on the contract's inputs, the photo handed over as the app does."""
-    from targets.coreml.target import to_image_input
+    from arrcoc_edge.targets.coreml.target import to_image_input
 
     return program.run({**inputs, "image": to_image_input(inputs["image"])})
 
@@ -73,7 +73,7 @@ def test_every_variant_measured_and_within_its_gate(entry, golden):
 
 
 def test_variants_are_what_they_claim(built, entry):
-    from targets.coreml.mil_program import MilProgram, _tensor_type
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram, _tensor_type
 
     fp32, fp16, int8 = (entry["variants"][n] for n in VARIANTS)
     assert fp16["info"]["compute_dtypes"].get("fp16", 0) > fp32["info"]["compute_dtypes"].get("fp16", 0)
@@ -91,9 +91,9 @@ def test_packages_keep_the_contracts_io(built, entry):
     and the model description say what the app hands over and why."""
     import coremltools as ct
 
-    from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
-    from pipeline.stages.export import MAX_BATCH
-    from targets.coreml.target import IMAGE_INPUT
+    from arrcoc_edge.relevance.model import MAX_SIDE, MIN_SIDE
+    from arrcoc_edge.stages.export import MAX_BATCH
+    from arrcoc_edge.targets.coreml.target import IMAGE_INPUT
 
     types = ct.proto.FeatureTypes_pb2.ArrayFeatureType
     for name in VARIANTS:
@@ -120,7 +120,7 @@ def test_front_end_is_model_py_bit_for_bit(loaded, golden):
     and blends them in the same order as model.py on uint8: equal windows on every held-out size."""
     import torch
 
-    from targets.coreml.target import coreml_model
+    from arrcoc_edge.targets.coreml.target import coreml_model
 
     front = coreml_model(loaded.model).texture.windows
     sizes = {}
@@ -136,7 +136,7 @@ def test_mil_evaluator_agrees_with_eager(built, entry, loaded, golden):
     """One held-out crop through the saved FP32 program, op by op, vs eager PyTorch."""
     import torch
 
-    from targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
     program = MilProgram(package(built, entry, "fp32"))
     inputs = golden.heldout.inputs(0, 1)
@@ -156,8 +156,8 @@ def test_whole_non_square_photos_match_eager(built, entry, loaded, golden, varia
     relevance max abs and top-K overlap with the pipeline's tie rule, held to the variant's gate."""
     import torch
 
-    from pipeline.stages.parity import parity_metrics
-    from targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.stages.parity import parity_metrics
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
     program = MilProgram(package(built, entry, variant))
     gate = entry["variants"][variant]["parity"]["gate"]
@@ -185,7 +185,7 @@ def test_fp16_keeps_grid_statistics_and_photo_indices_in_fp32(built, entry):
     """The fixes for FP16 ranking errors: per-sample min-max / entropy on the grid stay fp32, and so
     does the resize's index and weight arithmetic (float16 cannot count past 2048 in steps of 1);
     no gather index is narrowed to 16 bits (add_int16_cast would break every photo over 64 KB)."""
-    from targets.coreml.mil_program import MilProgram, _tensor_type
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram, _tensor_type
 
     program = MilProgram(package(built, entry, "fp16"))
     dtype = lambda o: _tensor_type(o.outputs[0].type)[0]  # noqa: E731
@@ -203,7 +203,7 @@ def test_fp16_indices_would_be_wrong():
     source rows for large photos (at G=32 on an 8192-pixel side, most of the 128 rows)."""
     import torch
 
-    from pipeline.relevance.texture_maths import _window_offsets, resize_taps
+    from arrcoc_edge.relevance.texture_maths import _window_offsets, resize_taps
 
     dst = _window_offsets(32)
     for n in (4032, 8192):
@@ -215,8 +215,8 @@ def test_fp16_indices_would_be_wrong():
 def test_evaluator_refuses_out_of_range_indices_and_casts():
     """MIL leaves out-of-bounds gathers and out-of-range casts undefined: the evaluator refuses
     them instead of wrapping (a wrapped uint16 photo offset reads a wrong but plausible byte)."""
-    from pipeline.errors import ExportError
-    from targets.coreml.mil import OPS
+    from arrcoc_edge.errors import ExportError
+    from arrcoc_edge.targets.coreml.mil import OPS
 
     x = np.arange(24, dtype=np.float16).reshape(2, 12)
     idx = np.array([[0, 11], [3, 4]], np.int32)
@@ -236,7 +236,7 @@ def test_evaluator_refuses_out_of_range_indices_and_casts():
 
 def test_fp16_program_computes_in_fp16(built, entry, golden):
     """The evaluator keeps declared fp16 ops in fp16: the FP16 program differs from the FP32 one."""
-    from targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
     inputs = golden.heldout.inputs(0, 2)
     fp32 = _run(MilProgram(package(built, entry, "fp32")), inputs)["relevance"]
@@ -246,8 +246,8 @@ def test_fp16_program_computes_in_fp16(built, entry, golden):
 
 
 def test_unknown_op_is_named(built, entry, golden):
-    from targets.coreml.mil import UnsupportedOp
-    from targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.targets.coreml.mil import UnsupportedOp
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
     program = MilProgram(package(built, entry, "fp32"))
     victim = next(o for o in program.operations if o.type == "softmax")
@@ -260,8 +260,8 @@ def test_reference_settings_pass_on_whole_photos(reference_checkpoint_path, tmp_
     """G=32, K=200, D=2048 (the reference layout): FP32 and FP16 pass their gates on every held-out
     sample, whole photos included. Before whole photos, FP16 with the full-resolution ops in fp16
     failed here (top-K overlap 0.946 mean, 0.89 min)."""
-    from pipeline.building.build import run_build
-    from targets import TARGETS
+    from arrcoc_edge.building.build import run_build
+    from arrcoc_edge.targets import TARGETS
 
     out = tmp_path / "out"
     run_build([TARGETS["coreml"]], TARGETS, reference_checkpoint_path, out, log=lambda m: None,
@@ -280,11 +280,11 @@ def seeded_ctx(tmp_path_factory):
     """A context for the seeded (untrained) checkpoint, whose balancer weights the nearly flat
     entropy map: there, min-max in fp16 breaks the ranking. The trained default leans on the
     participatory map and survives all-fp16, so it cannot show why the statistics stay fp32."""
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.stages.export import export_cached
-    from pipeline.stages.golden import build_golden_set
-    from pipeline.stages.target import BuildContext
-    from pipeline.training.train import UNTRAINED_CHECKPOINT
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages.export import export_cached
+    from arrcoc_edge.stages.golden import build_golden_set
+    from arrcoc_edge.stages.target import BuildContext
+    from arrcoc_edge.training.train import UNTRAINED_CHECKPOINT
 
     loaded = load_checkpoint(UNTRAINED_CHECKPOINT)
     root = tmp_path_factory.mktemp("seeded")
@@ -298,8 +298,8 @@ def test_all_fp16_fails_the_gate_and_is_not_published(seeded_ctx, monkeypatch):
     """Why FP16 keeps the grid statistics in fp32: computing everything in fp16 breaks the ranking
     of a checkpoint that weights the entropy map, and that measured (reference-check) failure fails
     the variant, although the runner is not authoritative."""
-    from pipeline.building.build import verify_variant
-    from targets.coreml import target as coreml
+    from arrcoc_edge.building.build import verify_variant
+    from arrcoc_edge.targets.coreml import target as coreml
 
     monkeypatch.setattr(coreml, "fp16_selector", lambda: (lambda op: True))
     ctx = seeded_ctx

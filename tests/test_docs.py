@@ -71,7 +71,7 @@ def test_every_task_is_documented():
 
 def test_build_help_names_every_target():
     """`invoke build --help` listed the targets without text-encoder."""
-    from targets import GROUPS, TARGETS
+    from arrcoc_edge.targets import GROUPS, TARGETS
 
     help_text = " ".join(_invoke("build", "--help").split())
     line = help_text[help_text.index("--target"):]
@@ -80,7 +80,7 @@ def test_build_help_names_every_target():
 
 def test_golden_counts_in_the_guarantees_are_the_code_s():
     """docs/guarantees.md gave 12/24 golden samples where the build had 14/31."""
-    from pipeline.stages import golden
+    from arrcoc_edge.stages import golden
 
     calibration = len(golden.CALIBRATION_PHOTOS) * len(golden.CROPS) + len(golden.WHOLE_CALIBRATION)
     heldout = len(golden.HELDOUT_PHOTOS) * len(golden.CROPS) + len(golden.WHOLE_HELDOUT)
@@ -98,8 +98,8 @@ def test_the_code_map_is_the_code_s():
 
 
 def test_the_import_contracts_hold():
-    """Issue 36: pipeline/ has one direction and targets/ its rooms (.importlinter); scripts/test.sh
-    runs lint-imports first, and this keeps `invoke test` and a bare pytest honest too."""
-    done = subprocess.run([str(Path(sys.executable).parent / "lint-imports")], cwd=REPO, capture_output=True,
+    """pipeline/ has one direction and targets/ its rooms (.importlinter); scripts/test.sh runs
+    scripts/lint_imports.py first, and this keeps `invoke test` and a bare pytest honest too."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "lint_imports.py")], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]

@@ -3,7 +3,7 @@
 source paths the code writes into what it publishes (the apps' contract.json, notes, errors) exist.
 
 Fast and build-free: paths are looked up on disk, dotted names imported down to the attribute
-(importlib + getattr). A page that names a module that moved (`pipeline.golden.load_photo`,
+(importlib + getattr). A page that names a module that moved (`arrcoc_edge.golden.load_photo`,
 `pipeline/target.py`) fails here, with the page and line.
 """
 from __future__ import annotations
@@ -177,7 +177,7 @@ def test_source_paths_the_code_records_exist():
 
 def test_dotted_names_the_code_records_import():
     """The same for `pipeline.` / `targets.` names in those strings (mobile_contract's docstring
-    named `pipeline.text_encoder`, which moved to pipeline.relevance.text_encoder); this imports
+    named `arrcoc_edge.text_encoder`, which moved to arrcoc_edge.relevance.text_encoder); this imports
     the modules named, torch among them."""
     missing, seen = [], {}
     for module in sorted([*(REPO / "pipeline").rglob("*.py"), *(REPO / "targets").rglob("*.py")]):

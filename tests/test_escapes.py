@@ -53,7 +53,7 @@ def manifest_for(targets: dict[str, dict], **extra) -> dict:
 
 def publish_files(out: Path, files: dict[str, bytes], name: str = "t", note: str = "") -> dict:
     """Publish target `name` holding `files` into `out` through publish.publish; returns the manifest."""
-    from pipeline.publishing import locking, publish, reading, takeover
+    from arrcoc_edge.publishing import locking, publish, reading, takeover
 
     takeover.prepare_out_dir(out)
     with locking.build_lock(out, log=lambda m: None):
@@ -93,7 +93,7 @@ def tree(path: Path) -> dict[str, str]:
 
 
 def cli_merge(parts: list[Path], out: str) -> tuple[int, str]:
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -125,7 +125,7 @@ def test_any_spelling_of_the_output_folder_publishes_and_keeps_it(spelling, agai
     """Two publishes through any spelling of one folder (relative, '..', trailing slash, a link
     in a parent, a link to the output folder itself): both are published, verify passes after
     each, and exactly one generation stays (the previous one is not deleted early nor kept)."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     root = tmp_path_factory.mktemp("spell")
     (root / "real" / "sub").mkdir(parents=True)
@@ -146,7 +146,7 @@ def test_any_spelling_of_the_output_folder_publishes_and_keeps_it(spelling, agai
 
 def _edge(value: str) -> Path:
     """The output folder as the CLI resolves --out (where the CLI has no such step: as given)."""
-    from pipeline.frontends import options
+    from arrcoc_edge.frontends import options
 
     return options.out_folder(value, Path("unused")) if hasattr(options, "out_folder") else Path(value)
 
@@ -351,7 +351,7 @@ def test_files_the_tool_did_not_write_survive_builds_and_clean(names, tmp_path_f
     """User files beside the output folder and inside it, named like the tool's own leftovers:
     two publishes and a clean later, every one still holds its bytes (inside OUT: kept and
     named where the old publish was)."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     root = tmp_path_factory.mktemp("planted")
     out = root / "out"
@@ -412,7 +412,7 @@ def test_verify_reports_links_and_unlisted_entries(plant, tmp_path):
     ("/etcdir/passwd", ("etcdir", "/etc")), ("/host", ("host", "/etc/hostname")),
     ("/sub/", ("sub/index.html", "/etc/hostname")), ("/%65tcdir/passwd", ("etcdir", "/etc"))])
 def test_serve_does_not_follow_links_out_of_its_folder(request_path, planted, tmp_path):
-    from pipeline.serve import serving
+    from arrcoc_edge.serve import serving
 
     site = tmp_path / "site"
     (site / "sub").mkdir(parents=True)
@@ -434,8 +434,8 @@ def test_serve_does_not_follow_links_out_of_its_folder(request_path, planted, tm
 def test_verify_reads_one_generation_while_a_publish_switches(tmp_path, monkeypatch):
     """A publish lands right after verify read the manifest (the moment the false MISMATCH came
     from): verify still reads one whole generation and passes."""
-    from pipeline.frontends import cli
-    from pipeline.publishing import reading
+    from arrcoc_edge.frontends import cli
+    from arrcoc_edge.publishing import reading
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"old bytes"})
@@ -463,9 +463,9 @@ def test_verify_reads_one_generation_while_a_publish_switches(tmp_path, monkeypa
 
 
 def _interrupt(argv: list[str], wait_for: str | None, delay: float, tmp_path: Path):
-    """Start the task, wait until its body runs (pipeline.frontends.cli.READY_ENV: not a guess at how long
+    """Start the task, wait until its body runs (arrcoc_edge.frontends.cli.READY_ENV: not a guess at how long
     Python and Invoke take to start, which under load was over a second), then `delay` more."""
-    from pipeline.frontends.cli import READY_ENV
+    from arrcoc_edge.frontends.cli import READY_ENV
 
     ready = tmp_path / "task-ready"
     proc = subprocess.Popen([sys.executable, "-m", "invoke", *argv], cwd=REPO, stdout=subprocess.PIPE,
@@ -527,8 +527,8 @@ def _free_port() -> int:
 @pytest.mark.parametrize("task", ["verify", "clean", "bench", "merge", "train", "build", "predict"])
 def test_keyboard_interrupt_inside_any_task_body_is_130_and_one_line(task, tmp_path, monkeypatch, capsys):
     """The same promise where the interrupt lands deep inside a task (made deterministic)."""
-    from pipeline.frontends import cli
-    from pipeline.publishing import cleaning, locking, reading, takeover
+    from arrcoc_edge.frontends import cli
+    from arrcoc_edge.publishing import cleaning, locking, reading, takeover
 
     out = tmp_path / "out"
     publish_files(out, {"a.bin": b"a"})
@@ -542,9 +542,9 @@ def test_keyboard_interrupt_inside_any_task_body_is_130_and_one_line(task, tmp_p
     monkeypatch.setattr(locking, "build_lock", boom)
     monkeypatch.setattr(cleaning, "build_lock", boom)  # clean takes the lock by its own name
     monkeypatch.setattr(takeover, "prepare_out_dir", boom)
-    import pipeline.training.train
+    import arrcoc_edge.training.train
 
-    monkeypatch.setattr(pipeline.training.train, "main", boom)
+    monkeypatch.setattr(arrcoc_edge.training.train, "main", boom)
     call = {"verify": lambda: cli.verify(str(out)), "clean": lambda: cli.clean(str(out)),
             "bench": lambda: cli.bench(str(out), "1"), "merge": lambda: cli.merge(str(out), str(tmp_path / "m")),
             "train": lambda: cli.train(str(tmp_path / "c.safetensors"), "1", None),
@@ -594,8 +594,7 @@ def test_bench_on_a_damaged_publish_says_run_verify(damage, built, tmp_path):
 
 @pytest.mark.slow
 def test_bench_without_a_runtime_installed_names_the_install(built, monkeypatch):
-    import targets
-
+    from arrcoc_edge import targets
     monkeypatch.setattr(targets.TARGETS["onnx"], "missing_modules", lambda: ["onnxruntime"])
     code, _, err = invoke("bench", "--out", str(built), "--runs", "1")
     line = one_line_error(code, err, kind="missing dependency")
@@ -622,8 +621,8 @@ def test_an_output_folder_of_the_previous_layout_moves_across_and_keeps_what_it_
     """OUT of the previous layout (public links through OUT/.current): the next publish moves its
     current generation, caches and bench.json across, OUT becomes the link, and a file of yours
     in the old folder is kept and named; the old layout's own links, lock and log are removed."""
-    from pipeline.frontends import cli
-    from pipeline.publishing import folder_state, locking, publish, reading, takeover
+    from arrcoc_edge.frontends import cli
+    from arrcoc_edge.publishing import folder_state, locking, publish, reading, takeover
 
     out = tmp_path / "out"
     gen = out / ".generations" / "20250101-000000-1-abcdef"
@@ -655,7 +654,7 @@ def test_an_output_folder_of_the_previous_layout_moves_across_and_keeps_what_it_
 def test_an_interrupt_inside_an_extension_import_is_still_130(capsys):
     """Ctrl-C during a C extension's module init surfaces as ImportError("initialization failed")
     chained to the KeyboardInterrupt (seen in merge under load): still exit 130 and one line."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     def body():
         try:

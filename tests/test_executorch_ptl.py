@@ -10,8 +10,8 @@ import torch
 pytestmark = pytest.mark.slow
 pytest.importorskip("executorch", reason="the mobile extra (executorch) is not installed")
 
-from targets import executorch as et  # noqa: E402
-from targets import ptl  # noqa: E402
+from arrcoc_edge.targets import executorch as et  # noqa: E402
+from arrcoc_edge.targets import ptl  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_executorch_records_delegation_and_int8_is_smaller(built):
         assert variants[v]["info"]["max_batch"] >= 2
         assert "ExecuTorch" in variants[v]["parity"]["runtime"]
     # int8 quantises the balancer's nn.Linear weights (most of the bytes) and nothing else
-    from pipeline.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
 
     balancer = sum(p.numel() * 4 for n, p in build_model(ModelConfig()).named_parameters() if n.startswith("balancer."))
     saved = variants["fp32"]["size"]["bytes"] - variants["int8"]["size"]["bytes"]
@@ -156,7 +156,7 @@ def test_pte_and_ptl_take_any_photo_size(built, golden, loaded, size):
 def test_corrupt_pte_is_a_clear_error(tmp_path, loaded):
     bad = tmp_path / "model.pte"
     bad.write_bytes(b"\x00" * 64)
-    from pipeline.errors import ExportError
+    from arrcoc_edge.errors import ExportError
 
     with pytest.raises(ExportError) as info:
         et.check_method_meta(bad, loaded.config)

@@ -12,11 +12,11 @@ import signal
 import numpy as np
 import pytest
 
-import targets as target_table
-from pipeline.frontends import cli
-from pipeline.building.build import run_build
-from pipeline.errors import BuildInterrupted
-from targets.onnx import OnnxTarget
+from arrcoc_edge import targets as target_table
+from arrcoc_edge.frontends import cli
+from arrcoc_edge.building.build import run_build
+from arrcoc_edge.errors import BuildInterrupted
+from arrcoc_edge.targets.onnx import OnnxTarget
 from test_build import manifest, previous, published, snapshot, staging_left  # noqa: F401
 
 pytestmark = pytest.mark.slow

@@ -33,7 +33,7 @@ def test_overlapping_silencers_on_two_threads_restore_fds():
     the terminal's again, not the /dev/null the second one saw while the first held them."""
     _child("""
         import os, threading
-        from pipeline.frontends.predict import third_party_quiet
+        from arrcoc_edge.frontends.predict import third_party_quiet
         a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
         def first():
             with third_party_quiet(False):
@@ -58,8 +58,8 @@ def test_a_build_log_and_a_quiet_predict_on_two_threads_restore_fds(tmp_path, or
     _child("""
         import os, sys, threading
         from pathlib import Path
-        from pipeline.frontends.console import build_console
-        from pipeline.frontends.predict import third_party_quiet
+        from arrcoc_edge.frontends.console import build_console
+        from arrcoc_edge.frontends.predict import third_party_quiet
         out, log_first = Path(sys.argv[1]), sys.argv[2] == "log first, leaves first"
         first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
         def quiet():
@@ -93,7 +93,7 @@ def test_two_threads_on_one_model(onnx_out):
     proc = _child("""
         import os, sys, threading
         import numpy as np
-        from pipeline import load
+        from arrcoc_edge import load
         rng = np.random.default_rng(0)
         photo = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
         with load(sys.argv[1], "onnx") as model:
@@ -118,8 +118,8 @@ def test_load_runs_the_bytes_it_checked(onnx_out, tmp_path, monkeypatch):
     session): load() still runs the checked bytes, so its outputs are the verified model's."""
     import shutil
 
-    from pipeline import load
-    from pipeline.frontends import predict as pr
+    from arrcoc_edge import load
+    from arrcoc_edge.frontends import predict as pr
 
     folder = tmp_path / "out"
     shutil.copytree(onnx_out, folder, symlinks=True)
@@ -175,9 +175,9 @@ BAD_MANIFESTS = {
 def test_bad_manifest_shape_is_one_typed_line(onnx_out, tmp_path, case):
     """load() and `invoke verify`'s reader refuse each with an ArrcocError, never AttributeError,
     IndexError, KeyError, ZeroDivisionError or TypeError."""
-    from pipeline import load
-    from pipeline.errors import ArrcocError
-    from pipeline.publishing.reading import read_manifest
+    from arrcoc_edge import load
+    from arrcoc_edge.errors import ArrcocError
+    from arrcoc_edge.publishing.reading import read_manifest
 
     folder = _edited_copy(onnx_out, tmp_path, BAD_MANIFESTS[case])
     with pytest.raises(ArrcocError):
@@ -190,8 +190,8 @@ def test_bad_manifest_shape_is_one_typed_line(onnx_out, tmp_path, case):
 
 @pytest.mark.parametrize("threads", [0, -1, True, 1.5, "2", 10**6])
 def test_load_threads_bounded(onnx_out, threads):
-    from pipeline import load
-    from pipeline.errors import InputError
+    from arrcoc_edge import load
+    from arrcoc_edge.errors import InputError
 
     with pytest.raises(InputError, match="threads="):
         load(onnx_out, "onnx", threads=threads)
@@ -249,8 +249,8 @@ def test_truncated_photo_says_truncated_not_use_a_png(tmp_path):
     or WebP file"; a file that is no image still gets that advice."""
     from PIL import Image
 
-    from pipeline.errors import InputError
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.stages.golden import load_photo
 
     full = tmp_path / "full.jpg"
     Image.fromarray(np.random.default_rng(3).integers(0, 256, (256, 256, 3), dtype=np.uint8)).save(full, quality=95)
@@ -266,14 +266,14 @@ def test_truncated_photo_says_truncated_not_use_a_png(tmp_path):
 
 
 def test_a_kept_release_is_read_by_load_predict_and_serve_and_bench_refuses_it(onnx_out, tmp_path):
-    """Issue 43 finding 7: `mv OUT OUT-v1` keeps a release; reading it (pipeline.load, predict,
+    """Issue 43 finding 7: `mv OUT OUT-v1` keeps a release; reading it (arrcoc_edge.load, predict,
     serve) works where it lives, pinned to its generation; bench, which writes bench.json into the
     folder, refuses it with one line like build, merge and clean (docs/guarantees.md)."""
     import shutil
 
     from conftest import run_cli
-    from pipeline import load
-    from pipeline.publishing.folder_state import state_dir
+    from arrcoc_edge import load
+    from arrcoc_edge.publishing.folder_state import state_dir
 
     out = tmp_path / "out"
     shutil.copytree(state_dir(onnx_out), state_dir(out), symlinks=True)

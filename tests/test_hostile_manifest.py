@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import ArrcocError, InputError
+from arrcoc_edge.errors import ArrcocError, InputError
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def built(onnx_build):
 
 
 def edited(built: Path, tmp_path: Path, edit) -> Path:
-    from pipeline.publishing.folder_state import pinned
+    from arrcoc_edge.publishing.folder_state import pinned
 
     out = tmp_path / "out"
     shutil.copytree(pinned(built), out, symlinks=True)
@@ -61,7 +61,7 @@ EDITS = {
 
 @pytest.mark.parametrize("name", EDITS)
 def test_a_misshapen_manifest_is_one_typed_line_from_load(built, tmp_path, name):
-    from pipeline import load
+    from arrcoc_edge import load
 
     out = edited(built, tmp_path, EDITS[name])
     with pytest.raises(ArrcocError) as err:
@@ -72,7 +72,7 @@ def test_a_misshapen_manifest_is_one_typed_line_from_load(built, tmp_path, name)
 
 @pytest.mark.parametrize("name", [n for n in EDITS if n != "checkpoint.model missing"])  # verify checks files, not sizes
 def test_verify_refuses_a_misshapen_manifest(built, tmp_path, name):
-    from pipeline.frontends.verify import _verify
+    from arrcoc_edge.frontends.verify import _verify
 
     out = edited(built, tmp_path, EDITS[name])
     try:
@@ -85,7 +85,7 @@ def test_verify_refuses_a_misshapen_manifest(built, tmp_path, name):
 
 @pytest.mark.parametrize("threads", [0, -1, 10 ** 5, 10 ** 6, 1.5, True])
 def test_threads_is_bounded(built, threads):
-    from pipeline import load
+    from arrcoc_edge import load
 
     with pytest.raises(InputError) as err:
         load(built, "onnx", threads=threads)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from targets import app_tokenize
-from pipeline.stages import private_cache
-from targets.shared import tokenizer_cases
+from arrcoc_edge.targets import app_tokenize
+from arrcoc_edge.stages import private_cache
+from arrcoc_edge.targets.shared import tokenizer_cases
 from tests.one_line import one_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_read_tokenizer_hands_on_the_bytes_it_checked_and_the_special_tokens():
 def test_max_length_below_the_special_tokens_is_refused(tmp_path):
     """transformers (and the crate) do not truncate at all when max_length is below [CLS] and [SEP];
     the app used to print [CLS][SEP]. 2 is the crate's answer ([CLS][SEP]) and is allowed."""
-    from pipeline.errors import InputError
+    from arrcoc_edge.errors import InputError
     from tokenizers import Tokenizer
 
     checked = app_tokenize.read_tokenizer(MINILM)

@@ -38,7 +38,7 @@ def files(tmp_path_factory):
 
 def _refused(call, *expected: str) -> str:
     """The InputError's one line, which must name every expected fragment."""
-    from pipeline.errors import InputError
+    from arrcoc_edge.errors import InputError
 
     with pytest.raises(InputError) as info:
         call()
@@ -58,7 +58,7 @@ def _copy(folder: Path, where: Path) -> Path:
 def _single_with(folder: Path, table: torch.Tensor, files) -> Path:
     from safetensors.torch import save_file
 
-    from pipeline.relevance.qwen_query import TABLE_KEY_SNAPSHOT
+    from arrcoc_edge.relevance.qwen_query import TABLE_KEY_SNAPSHOT
 
     folder.mkdir()
     shutil.copy2(files["sharded"] / "tokenizer.json", folder / "tokenizer.json")
@@ -67,8 +67,8 @@ def _single_with(folder: Path, table: torch.Tensor, files) -> Path:
 
 
 def _whole_with(path: Path, table: torch.Tensor) -> Path:
-    from pipeline.relevance.model import ModelConfig, build_model
-    from pipeline.relevance.qwen_query import TABLE_KEY_CHECKPOINT
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.relevance.qwen_query import TABLE_KEY_CHECKPOINT
 
     state = dict(build_model(ModelConfig(query_dim=DIM), seed=1).state_dict())
     state[TABLE_KEY_CHECKPOINT] = table
@@ -81,7 +81,7 @@ WRONG_DTYPES = (torch.int8, torch.uint8, torch.bool, torch.float64, torch.int64)
 
 @pytest.mark.parametrize("dtype", WRONG_DTYPES, ids=str)
 def test_a_table_of_a_wrong_dtype_is_refused_in_a_snapshot_and_in_a_checkpoint(files, tmp_path, dtype):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     table = synthetic_table(DIM).to(dtype)
     name = str(dtype).removeprefix("torch.")
@@ -93,7 +93,7 @@ def test_a_table_of_a_wrong_dtype_is_refused_in_a_snapshot_and_in_a_checkpoint(f
 
 @pytest.mark.parametrize("shape", [(151_936 * DIM,), (151_936, DIM, 1), (1, 151_936, DIM), ()], ids=str)
 def test_a_table_of_a_wrong_rank_is_refused(files, tmp_path, shape):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     table = synthetic_table(DIM).reshape(shape) if shape else torch.tensor(1.0, dtype=torch.bfloat16)
     snapshot = _single_with(tmp_path / "snap", table, files)
@@ -106,7 +106,7 @@ def test_a_table_of_a_wrong_rank_is_refused(files, tmp_path, shape):
 def test_the_float_tables_the_reference_reads_are_taken_and_give_its_query(files, tmp_path, dtype):
     """bf16 (as released), fp16 and fp32 copies are taken; the reference rounds rows to bf16, so the
     lossless copies (bf16, fp32) give the same exact query, fp16 (subnormals) a close one."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     snapshot = _single_with(tmp_path / "snap", synthetic_table(DIM).to(dtype), files)
     qq.check_sources(files["plain"], snapshot, DIM)
@@ -130,7 +130,7 @@ def test_wrong_tables_stop_the_build_in_one_line_before_any_stage(files, tmp_pat
 
 @pytest.mark.parametrize("layout", ["hub", "hub-single"])
 def test_a_hugging_face_cache_snapshot_is_read_like_a_plain_one(files, layout):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     snapshot = files[layout]
     assert all((snapshot / f).is_symlink() for f in os.listdir(snapshot))  # the layout under test
@@ -144,7 +144,7 @@ def test_a_hugging_face_cache_snapshot_is_read_like_a_plain_one(files, layout):
 
 
 def test_a_snapshot_reached_through_a_link_to_its_folder_is_read(files, tmp_path):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     (tmp_path / "qwen").symlink_to(files["hub"])
     assert qq.table_in_snapshot(tmp_path / "qwen").shape[1] == DIM
@@ -163,7 +163,7 @@ def _hub_copy(files, tmp_path) -> Path:
 
 def test_links_that_leave_the_cache_folder_are_refused(files, tmp_path):
     """A plain folder's links may not leave it, a cache snapshot's may not leave its models--X/."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     outside = tmp_path / "elsewhere.safetensors"
     shutil.copy2(files["sharded"] / "model-00002-of-00002.safetensors", outside)
@@ -183,7 +183,7 @@ def test_links_that_leave_the_cache_folder_are_refused(files, tmp_path):
 def test_snapshot_files_that_are_not_regular_files_are_refused(files, tmp_path, name):
     """A FIFO is never opened (it would hang), a folder or a broken link is named, not worked around
     (a tokenizer.json that is a folder or FIFO used to be replaced by the pinned tokenizer, silently)."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     for kind, make in (("a FIFO", os.mkfifo), ("a folder", os.mkdir)):
         for snapshot in (_copy(files["sharded"], tmp_path / kind / "plain"), _hub_copy(files, tmp_path / kind)):
@@ -196,7 +196,7 @@ def test_snapshot_files_that_are_not_regular_files_are_refused(files, tmp_path, 
 
 
 def test_a_snapshot_without_a_tokenizer_still_takes_the_pinned_one(files, tmp_path):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     snapshot = _hub_copy(files, tmp_path)
     (snapshot / "tokenizer.json").unlink()
@@ -206,7 +206,7 @@ def test_a_snapshot_without_a_tokenizer_still_takes_the_pinned_one(files, tmp_pa
 
 def test_a_tokenizer_config_beside_the_tokenizer_is_checked_too(files, tmp_path):
     """It is published with the tokenizer: a link to /etc/passwd would ship /etc/passwd."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     snapshot = _copy(files["sharded"], tmp_path / "snap")
     (snapshot / "tokenizer_config.json").symlink_to("/etc/passwd")
@@ -236,7 +236,7 @@ BAD_TOKENIZERS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_TOKENIZERS))
 def test_a_tokenizer_json_that_is_not_a_tokenizer_is_one_line(files, tmp_path, case):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     content, expected = BAD_TOKENIZERS[case]
     for snapshot in (_copy(files["sharded"], tmp_path / "plain"), _hub_copy(files, tmp_path)):
@@ -258,7 +258,7 @@ def _write_index(snapshot: Path, text: str) -> None:
                                    "../sharded/model-00002-of-00002.safetensors", "sub/model.safetensors", "/etc/passwd"],
                          ids=repr)
 def test_an_index_naming_no_shard_file_is_one_line(files, tmp_path, value):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     snapshot = _copy(files["sharded"], tmp_path / "snap")  # a plain folder: only the index is wrong
     index = _index(snapshot)
@@ -272,7 +272,7 @@ def test_an_index_naming_no_shard_file_is_one_line(files, tmp_path, value):
                                   "", "not json", "[]", '{"weight_map": []}', '{"weight_map": "model.safetensors"}', "null"],
                          ids=lambda t: repr(t[:24]))
 def test_an_index_of_the_wrong_shape_or_depth_is_one_line(files, tmp_path, text):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     snapshot = _copy(files["sharded"], tmp_path / "snap")
     _write_index(snapshot, text)
@@ -315,7 +315,7 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 @pytest.fixture(scope="module")
 def grey16():
     """A 16-bit grey photo (a real one, widened: skimage's camera) spread over the whole 16-bit range."""
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     eight = _photo("camera").astype(np.uint16)  # 512 x 512 grey
     return eight * 257 + np.random.default_rng(0).integers(0, 257, eight.shape, dtype=np.uint16)
@@ -324,7 +324,7 @@ def grey16():
 def test_16_bit_grey_photos_are_not_clipped_and_match_the_same_photo_in_16_bit_colour(grey16, tmp_path):
     """Pillow decodes a 16-bit colour PNG to 8 bits by the high byte: the same photo stored as 16-bit
     grey (PNG, TIFF little and big endian, PGM) must give exactly those pixels."""
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     colour = load_photo(_png(tmp_path / "rgb16.png", np.repeat(grey16[..., None], 3, axis=2)))
     np.testing.assert_array_equal(colour[..., 0], (grey16 >> 8).astype(np.uint8))  # Pillow's own rule, as assumed
@@ -347,7 +347,7 @@ def test_16_bit_grey_photos_are_not_clipped_and_match_the_same_photo_in_16_bit_c
 
 
 def test_float_and_wide_integer_photos_are_refused_not_clipped(tmp_path):
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     ramp = np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
     cases = {"unit.tif": ramp, "byte-range.tif": ramp * 255, "wide-range.tif": ramp * 65535}
@@ -383,7 +383,7 @@ def _huge_tiff(path: Path, width: int, height: int) -> Path:
 def test_a_photo_too_large_is_refused_from_its_header_before_it_is_decoded(tmp_path):
     """169 MP used to be decoded (2.2 GB) before the size check; a header that lies about its data
     used to be 'cannot be decoded'. The size is what the header says, read before any pixel."""
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     cases = [(_huge_png(tmp_path / "9000.png", 9000, 9000, rows=1), "9000x9000"),
              (_huge_png(tmp_path / "wide.png", 100_000, 16, rows=1), "100000x16"),
@@ -401,7 +401,7 @@ def test_a_169_mp_photo_costs_no_memory_and_no_warning(tmp_path):
     """In a fresh process: refusing a valid 13000 x 13000 PNG grows memory by less than 100 MB (the
     old decode took 1.9 GB) and prints nothing but the one refusal (no DecompressionBombWarning)."""
     photo = _huge_png(tmp_path / "169mp.png", 13_000, 13_000)
-    probe = ("import resource, sys\nfrom pipeline.stages.golden import load_photo\nfrom pipeline.errors import InputError\n"
+    probe = ("import resource, sys\nfrom arrcoc_edge.stages.golden import load_photo\nfrom arrcoc_edge.errors import InputError\n"
              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
              "try:\n    load_photo(sys.argv[1])\nexcept InputError as exc:\n    print(exc.one_line())\n"
              "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
@@ -436,12 +436,12 @@ def test_predict_on_16_bit_float_and_huge_photos(published, grey16, tmp_path):
 
 
 def _query(tmp_path: Path) -> Path:
-    from pipeline.stages.golden import seeded_queries
+    from arrcoc_edge.stages.golden import seeded_queries
 
     path = tmp_path / "q.npy"
     if not path.exists():
-        from pipeline.relevance.checkpoint import load_checkpoint
-        from pipeline.frontends.options import DEFAULT_CHECKPOINT
+        from arrcoc_edge.relevance.checkpoint import load_checkpoint
+        from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT
 
         np.save(path, seeded_queries(1, load_checkpoint(DEFAULT_CHECKPOINT).config.query_dim)[0])
     return path

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from targets.onnx_int8.quantize import CANDIDATES, TIE_TOLERANCE, choose, int8_gate, row_failures
+from arrcoc_edge.targets.onnx_int8.quantize import CANDIDATES, TIE_TOLERANCE, choose, int8_gate, row_failures
 
 FP32_BYTES = 421_636  # the shipped checkpoint's FP32 model.onnx (whose 35% is the .onnx budget)
 ORT_BUDGET = 231_992  # its int8 .ort budget (35% + the FP32 .ort's format overhead)

@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 from mobile_build import bundle_in_app, seed_user_files, source_function, user_files_left
 
-from pipeline.relevance.model import MAX_SIDE, MIN_SIDE
+from arrcoc_edge.relevance.model import MAX_SIDE, MIN_SIDE
 
 pytestmark = [pytest.mark.slow, pytest.mark.compiler]
 
@@ -68,7 +68,7 @@ def test_the_build_kept_the_users_files_in_and_beside_the_app_folder(built, tmp_
 
 def test_swift_core_compiled_and_its_tests_passed_in_the_build(built):
     """The build itself compiled ArrcocCore + CoreTests and ran them on the bundle it staged."""
-    from targets.ios import app as ios_app
+    from arrcoc_edge.targets.ios import app as ios_app
 
     record = swift_or_fail(json.loads((built[0] / "manifest.json").read_text())
                            ["targets"]["ios"]["variants"]["app-bundle"]["info"]["app_build"])
@@ -90,9 +90,9 @@ def test_swift_metrics_equal_pipeline_parity_and_pil(built, contract, tmp_path):
     """A second real `swift test` on the published app copy (in the chroot from the shared build's
     products of the same sources: SwiftBuilds); Swift's own numbers (its report) against
     pipeline/stages/parity.py recomputed here from the arrays in core_checks, and PIL's exif_transpose."""
-    from pipeline.stages.parity import parity_metrics
-    from targets.ios import app as ios_app
-    from targets.ios import swift as ios_swift
+    from arrcoc_edge.stages.parity import parity_metrics
+    from arrcoc_edge.targets.ios import app as ios_app
+    from arrcoc_edge.targets.ios import swift as ios_swift
 
     record = swift_or_fail(ios_app.build_and_test(built[1], keep_report=tmp_path))
     if ios_swift.Swift.find()[0].chroot is not None:  # the shared build compiled these very sources first
@@ -129,9 +129,9 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
     stage fails, nothing published): the real compiler and tests on a broken copy of the package,
     with the shared build's products of the good sources kept in the chroot (SwiftBuilds: a changed
     source is another key, so they are never used for it)."""
-    from pipeline.errors import GateError
-    from targets.ios import app as ios_app
-    from targets.ios import swift as ios_swift
+    from arrcoc_edge.errors import GateError
+    from arrcoc_edge.targets.ios import app as ios_app
+    from arrcoc_edge.targets.ios import swift as ios_swift
 
     copy = tmp_path / "ios"
     shutil.copytree(IOS, copy, ignore=shutil.ignore_patterns(".build", "Resources"))
@@ -155,8 +155,8 @@ def test_broken_swift_fails_the_stage(built, tmp_path, monkeypatch, broken):
 
 
 def test_contract_matches_the_published_files_and_the_app_copy(built, contract):
-    from targets.ios import target as ios
-    from targets.shared import mobile_contract
+    from arrcoc_edge.targets.ios import target as ios
+    from arrcoc_edge.targets.shared import mobile_contract
 
     out, app = built
     assert ios.check_packages(contract, out / "ios")
@@ -188,7 +188,7 @@ def test_golden_bundle_is_keyed_by_the_contract_tensor_names(built, contract):
 
 
 def test_app_looks_where_the_build_copies():
-    from targets.ios import target as ios
+    from arrcoc_edge.targets.ios import target as ios
 
     project = (IOS / "project.yml").read_text()
     rel = ios.APP_RESOURCES.relative_to(IOS).as_posix()  # ArrcocDemo/Resources
@@ -276,7 +276,7 @@ def test_uikit_orientation_maps_to_the_exif_value():
 def test_sample_photo_is_the_golden_whole_photo(built, contract):
     """sample.png decodes (PIL, as load_photo) to exactly the golden sample contract.app.sample_golden
     names; GoldenParityTests.testSamplePhotoDecodesToTheGoldenBytes compares the app's own decode."""
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     golden = json.loads((built[1] / contract["golden"]["json"]).read_text())
     sample = next(s for s in golden["samples"] if s["name"] == contract["app"]["sample_golden"])
@@ -294,9 +294,9 @@ TYPED_QUERIES = ("where is the cat?", "the cat's eyes", "猫在哪里？", "a fu
 
 
 def test_typed_text_ships_minilm_as_a_coreml_package_held_to_the_python_encoder(built, contract, tmp_path):
-    from pipeline.relevance.text_encoder import embed, tokenize
-    from targets.coreml.mil_program import MilProgram
-    from targets.shared.mobile_contract import tree_sha256
+    from arrcoc_edge.relevance.text_encoder import embed, tokenize
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.targets.shared.mobile_contract import tree_sha256
 
     out, app = built
     typed = contract["typed_text"]

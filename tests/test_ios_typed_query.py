@@ -20,16 +20,16 @@ QUERIES = ("where is the cat?", "the cat's eyes", "text and writing", "猫在哪
 def swift_embeddings(app: Path, ids: list[list[int]], tmp: Path) -> list[list[float]]:
     """TokenMeanEncoder's embeddings of `ids`: the app bundle with typed_checks.json holding these ids
     (and table_query's numbers, which CoreTests hold Swift to), compiled and tested as the build does."""
-    from targets.ios import app as ios_app
-    from targets.ios import encoder as ios_encoder
+    from arrcoc_edge.targets.ios import app as ios_app
+    from arrcoc_edge.targets.ios import encoder as ios_encoder
 
     bundle, report = tmp / "bundle", tmp / "report"
     shutil.copytree(app, bundle, ignore=shutil.ignore_patterns("*.mlpackage"))
     encoder = json.loads((app / "contract.json").read_text())["typed_text"]["encoder"]
     checks = ios_encoder.write_swift_checks(bundle, ios_encoder.read_table(bundle / encoder["file"]), ids)
     # the copy's contract records the new typed_checks.json: the app takes a bundle file only as recorded
-    from pipeline.relevance.digest import sha256_file
-    from targets.shared import mobile_contract
+    from arrcoc_edge.relevance.digest import sha256_file
+    from arrcoc_edge.targets.shared import mobile_contract
 
     contract = json.loads((bundle / "contract.json").read_text())
     contract["files"][checks.name] = {"bytes": checks.stat().st_size, "sha256": sha256_file(checks)}
@@ -45,8 +45,8 @@ def test_token_mean_table_file_reads_back_and_computes_the_form():
     the form's own query (float32 numpy) within float32 rounding."""
     import tempfile
 
-    from targets.ios.encoder import read_table, table_query, write_table
-    from targets.text_encoder.qwen import TokenMeanForm
+    from arrcoc_edge.targets.ios.encoder import read_table, table_query, write_table
+    from arrcoc_edge.targets.text_encoder.qwen import TokenMeanForm
 
     rng = np.random.default_rng(3)
     basis, _ = np.linalg.qr(rng.standard_normal((24, 9)))
@@ -66,7 +66,7 @@ def test_token_mean_table_file_reads_back_and_computes_the_form():
 def test_mil_evaluator_ops_bert_needs_match_torch():
     import torch
 
-    from targets.coreml.mil import OPS
+    from arrcoc_edge.targets.coreml.mil import OPS
 
     x = np.random.default_rng(5).standard_normal((2, 5, 16)).astype(np.float32)
     gamma, beta = np.linspace(0.5, 1.5, 16, dtype=np.float32), np.linspace(-1, 1, 16, dtype=np.float32)
@@ -88,9 +88,9 @@ def test_reference_checkpoint_typed_query_selects_what_predict_selects(reference
     `invoke predict` runs, one per query."""
     from PIL import Image
 
-    from pipeline.relevance import qwen_query as qq
-    from pipeline.stages.parity import topk_overlap
-    from targets.coreml.target import mil_runner
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.stages.parity import topk_overlap
+    from arrcoc_edge.targets.coreml.target import mil_runner
 
     out, app = reference_typed_query_build.out, reference_typed_query_build.ios_app
     data = json.loads((app / "contract.json").read_text())

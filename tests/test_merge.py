@@ -153,8 +153,8 @@ def test_two_published_entries_with_different_files_conflict(parts, merged, tmp_
 
 
 def test_published_beats_unverified_and_bad_bytes_are_refused(parts, tmp_path):
-    from pipeline.building.merge import choose, read_parts, stage
-    from pipeline.errors import MergeError
+    from arrcoc_edge.building.merge import choose, read_parts, stage
+    from arrcoc_edge.errors import MergeError
 
     def unverified(data, dest):
         data["targets"]["onnx"]["status"] = "unverified"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.relevance.model import ModelConfig, build_model, learned_shapes
+from arrcoc_edge.relevance.model import ModelConfig, build_model, learned_shapes
 
 
 @pytest.fixture(scope="module")

@@ -103,8 +103,8 @@ def test_undecodable_calibration_image_publishes_nothing(shared_build, golden, t
 @pytest.mark.parametrize("count", [0, 3])
 def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
     # same stage code path as the CLI test above; checked in-process to keep the suite short
-    from pipeline.errors import InputError
-    from targets.onnx_int8.quantize import user_calibration_split
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.targets.onnx_int8.quantize import user_calibration_split
 
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, count)
@@ -115,8 +115,8 @@ def test_too_small_calibration_folder(golden, loaded, tmp_path, count):
 
 
 def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
-    from pipeline.stages.golden import MIN_CALIBRATION
-    from targets.onnx_int8.quantize import user_calibration_split
+    from arrcoc_edge.stages.golden import MIN_CALIBRATION
+    from arrcoc_edge.targets.onnx_int8.quantize import user_calibration_split
 
     folder = tmp_path / "cal"
     _write_photos(folder, golden.calibration, MIN_CALIBRATION)
@@ -127,13 +127,13 @@ def test_user_calibration_folder_is_used(golden, loaded, tmp_path):
 
 def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
     """A size budget no candidate can meet: a GateError naming every candidate, INT8 and A16W8."""
-    from pipeline.building.build import StageResult, VariantReport
-    from pipeline.errors import GateError
-    from pipeline.stages.parity import LOSSLESS
-    from pipeline.stages.target import Variant
-    from targets import TARGETS
-    from targets.onnx_int8 import quantize
-    from targets.onnx_int8 import target as onnx_int8
+    from arrcoc_edge.building.build import StageResult, VariantReport
+    from arrcoc_edge.errors import GateError
+    from arrcoc_edge.stages.parity import LOSSLESS
+    from arrcoc_edge.stages.target import Variant
+    from arrcoc_edge.targets import TARGETS
+    from arrcoc_edge.targets.onnx_int8 import quantize
+    from arrcoc_edge.targets.onnx_int8 import target as onnx_int8
 
     fp32 = int8_out / "onnx" / "model.onnx"
     upstream = StageResult(TARGETS["onnx"], "published",
@@ -150,8 +150,8 @@ def test_unreachable_gate_fails_clearly(int8_out, make_ctx, monkeypatch):
 
 def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
     """The A16W8 fallback really quantises (16-bit activations) and is at least as close as INT8."""
-    from targets.onnx_int8 import quantize
-    from targets.onnx_int8 import target as onnx_int8
+    from arrcoc_edge.targets.onnx_int8 import quantize
+    from arrcoc_edge.targets.onnx_int8 import target as onnx_int8
 
     ctx = make_ctx()
     cand = next(c for c in quantize.CANDIDATES if c.name == "learned-conv-gemm-relu")
@@ -165,8 +165,8 @@ def test_a16w8_candidate_measured(int8_out, make_ctx, golden):
 
 
 def test_bench_times_int8_runtimes(shared_build, tmp_path):
-    import targets
-    from pipeline.frontends.bench import run_bench
+    from arrcoc_edge import targets
+    from arrcoc_edge.frontends.bench import run_bench
 
     # a copy: bench writes bench.json (which `predict` then picks its runtime by) and the report
     # into the folder it reads, and the shared build is read by other tests
@@ -183,7 +183,7 @@ def test_choice_holds_under_host_noise(int8_out):
     says how much), give the candidate this build published, every time."""
     import random
 
-    from targets.onnx_int8.quantize import choose, int8_gate, row_failures
+    from arrcoc_edge.targets.onnx_int8.quantize import choose, int8_gate, row_failures
 
     info = _entry(int8_out)["variants"]["int8"]["info"]
     rows = [c for c in info["candidates"]

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from targets.onnx_int8 import ort_mobile
+from arrcoc_edge.targets.onnx_int8 import ort_mobile
 
 pytestmark = pytest.mark.slow  # exports the model to ONNX and runs the ORT converter (an artifact build)
 
@@ -20,7 +20,7 @@ def _convert(model, root):
 
 @pytest.fixture(scope="module")
 def onnx_model(loaded, exported, tmp_path_factory):
-    from targets.shared import onnx_common
+    from arrcoc_edge.targets.shared import onnx_common
 
     path = tmp_path_factory.mktemp("onnx") / "model.onnx"
     return onnx_common.export_onnx(exported.load(), loaded.config, path, lambda m: None)
@@ -41,7 +41,7 @@ def test_two_conversions_write_identical_files(onnx_model, tmp_path):
 
 
 def test_converter_child_dies_with_its_parent(tmp_path):
-    """pipeline.subproc.run: a child whose parent is SIGKILLed is killed by the kernel too."""
+    """arrcoc_edge.subproc.run: a child whose parent is SIGKILLed is killed by the kernel too."""
     import os
     import signal
     import subprocess
@@ -51,7 +51,7 @@ def test_converter_child_dies_with_its_parent(tmp_path):
     pidfile = tmp_path / "child.pid"
     child_code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     parent = subprocess.Popen([sys.executable, "-c", (
-        f"import sys; from pipeline import subproc; subproc.run([sys.executable, '-c', {child_code!r}])")],
+        f"import sys; from arrcoc_edge import subproc; subproc.run([sys.executable, '-c', {child_code!r}])")],
         env={**os.environ, "PYTHONPATH": str(ort_mobile.Path(__file__).resolve().parent.parent)})
     deadline = time.monotonic() + 30
     while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:

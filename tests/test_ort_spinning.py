@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from targets.shared import onnx_common
+from arrcoc_edge.targets.shared import onnx_common
 
 KEY = "session.intra_op.allow_spinning"
 

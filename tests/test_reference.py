@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.relevance import reference
-from pipeline.relevance.checkpoint import load_checkpoint
-from pipeline.stages.golden import HELDOUT_PHOTOS, WHOLE_HELDOUT, _split
-from pipeline.stages.parity import LOSSLESS, topk_overlap
+from arrcoc_edge.relevance import reference
+from arrcoc_edge.relevance.checkpoint import load_checkpoint
+from arrcoc_edge.stages.golden import HELDOUT_PHOTOS, WHOLE_HELDOUT, _split
+from arrcoc_edge.stages.parity import LOSSLESS, topk_overlap
 
 TEXTURE_TOL = 1e-5
 RELEVANCE_TOL = 1e-4
@@ -113,7 +113,7 @@ def test_the_row_reading_resize_equals_the_gather_bit_for_bit(grid):
     """ExecuTorch's form of the general resize (whole rows, then columns) reads the same bytes and
     blends them with the same float32 operations in the same order as the element gather: equal
     bit for bit at every size, up- and downsampling, odd sides, batch > 1, and at 16G."""
-    from pipeline.relevance.model import PhotoWindows
+    from arrcoc_edge.relevance.model import PhotoWindows
 
     windows = PhotoWindows(grid)
     gen = torch.Generator().manual_seed(grid)
@@ -137,8 +137,8 @@ def test_from_photo_files_and_a_typed_sentence(loaded, tmp_path):
     the query is the sentence through the checkpoint's encoder (all-MiniLM-L6-v2, D=384)."""
     from PIL import Image
 
-    from pipeline.relevance import text_encoder
-    from pipeline.stages.golden import _photo, load_photo
+    from arrcoc_edge.relevance import text_encoder
+    from arrcoc_edge.stages.golden import _photo, load_photo
 
     chelsea, flower = _photo("chelsea"), _photo("flower")
     Image.fromarray(chelsea).save(tmp_path / "cat.png")
@@ -168,7 +168,7 @@ def test_both_participatory_forms_equal_the_reference(reference_checkpoint_path,
 
 def test_reduced_constants_follow_loaded_weights(loaded):
     """W2^T W2 and friends are recomputed whenever weights are loaded, never stale."""
-    from pipeline.relevance.model import build_model
+    from arrcoc_edge.relevance.model import build_model
 
     fresh = build_model(loaded.config, seed=123)
     fresh.load_state_dict(loaded.model.state_dict())
@@ -197,8 +197,8 @@ def test_a_batch_equals_single_runs_of_the_reference(loaded):
 def _onnx(ckpt, folder):
     import onnxruntime as ort
 
-    from pipeline.stages.export import export_program
-    from targets.shared.onnx_common import export_onnx
+    from arrcoc_edge.stages.export import export_program
+    from arrcoc_edge.targets.shared.onnx_common import export_onnx
 
     path = export_onnx(export_program(ckpt.model, ckpt.config), ckpt.config, folder / "model.onnx", lambda m: None)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -206,8 +206,8 @@ def _onnx(ckpt, folder):
 
 
 def _executorch(ckpt, folder):
-    from pipeline.stages.export import export_form
-    from targets.executorch import lower, pte_runner
+    from arrcoc_edge.stages.export import export_form
+    from arrcoc_edge.targets.executorch import lower, pte_runner
 
     info = lower(export_form(ckpt.model, fast_path=False), folder / "model.pte")
     runner = pte_runner(folder / "model.pte", info["max_batch"])
@@ -215,7 +215,7 @@ def _executorch(ckpt, folder):
 
 
 def _ptl(ckpt, folder):
-    from targets.ptl import ptl_runner, trace_to_ptl
+    from arrcoc_edge.targets.ptl import ptl_runner, trace_to_ptl
 
     runner = ptl_runner(trace_to_ptl(ckpt.model, ckpt.config, folder / "model.ptl"))
     return lambda img, q: list(runner.run({"image": img.numpy(), "query": q.numpy()}).values())
@@ -227,7 +227,7 @@ def _published(target: str):
     def make(out):
         import json
 
-        from targets import TARGETS
+        from arrcoc_edge.targets import TARGETS
 
         entry = json.loads((out / "manifest.json").read_text())["targets"][target]
         runner = TARGETS[target].published_runner(out, entry, "fp32")

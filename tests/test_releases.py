@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.publishing import releases
-from pipeline.publishing.folder_state import GENERATIONS, state_dir
+from arrcoc_edge.publishing import releases
+from arrcoc_edge.publishing.folder_state import GENERATIONS, state_dir
 
 OLD, NEW = "20261101-120000-1-aaaaaa", "20261102-120000-2-bbbbbb"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_build import published  # noqa: F401  (one ONNX build per session, shared)
 
-from pipeline.publishing.report import METRICS, fmt_metric
-from pipeline.stages.parity import size_cells
+from arrcoc_edge.publishing.report import METRICS, fmt_metric
+from arrcoc_edge.stages.parity import size_cells
 
 pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
@@ -70,10 +70,10 @@ def test_report_numbers_equal_the_manifest(published):
 
 
 def test_report_shows_bench_results_when_present(published, tmp_path):
-    from pipeline.frontends.options import DEFAULT_CHECKPOINT
-    from pipeline.publishing.report import write_report
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.stages.golden import build_golden_set
+    from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT
+    from arrcoc_edge.publishing.report import write_report
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages.golden import build_golden_set
 
     out = tmp_path / "out"
     shutil.copytree(published, out)
@@ -91,7 +91,7 @@ def test_report_renders_in_chromium(published):
     pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (scripts/setup.sh installs it)")
-    from targets.web import chromium
+    from arrcoc_edge.targets.web import chromium
 
     errors = []
     # the process's one Playwright driver (targets/web/chromium.py): its sync API allows one per
@@ -118,7 +118,7 @@ def test_report_renders_in_chromium(published):
 
 def test_report_shows_how_each_app_was_compiled_and_tested():
     """info.app_build of an app variant (written by the android/ios stages) reaches both reports."""
-    from pipeline.publishing.report import app_builds, render_html, render_markdown
+    from arrcoc_edge.publishing.report import app_builds, render_html, render_markdown
 
     record = {"status": "passed", "reason": "", "compiler": "kotlinc-jvm 2.0.21 (JRE 17.0.15)",
               "compiled_against": ["android.jar API 23"], "files_compiled": ["a/Contract.kt", "a/Golden.kt"],
@@ -139,7 +139,7 @@ def test_report_speaks_the_terminal_language():
     """Issue 29: the report said 'verified' where the terminal said 'published', 'not run on this
     host' for a target that failed, and drew the text encoder's maps (other queries) under 'top-K vs
     eager 0.219' beside a parity table that says 1.000."""
-    from pipeline.publishing.report import _pictures, render_html, status_words, variant_rows
+    from arrcoc_edge.publishing.report import _pictures, render_html, status_words, variant_rows
 
     assert status_words("published", "verified") == "published"
     assert status_words("unverified", "unverified") == "unverified"
@@ -166,9 +166,9 @@ def test_report_shows_the_balancer_weights_per_preset(tmp_path):
     from conftest import REPO
     from PIL import Image
 
-    from pipeline.publishing.report import preset_weights, render_html, render_markdown
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.relevance.text_encoder import embed
+    from arrcoc_edge.publishing.report import preset_weights, render_html, render_markdown
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.relevance.text_encoder import embed
 
     path = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
     ckpt = load_checkpoint(path)
@@ -194,7 +194,7 @@ def test_report_shows_the_balancer_weights_per_preset(tmp_path):
 def test_report_names_variants_a_target_did_not_build():
     """Issue 36: TensorRT's INT8 and FP16 plans not built (and why) were only in the build log and the
     manifest's info.not_built; the report's tables now carry a row for each, with the reason."""
-    from pipeline.publishing.report import render_html, render_markdown, variant_rows
+    from arrcoc_edge.publishing.report import render_html, render_markdown, variant_rows
 
     why_fp16 = "TensorRT-RTX has no FP16 builder flag (it picks precisions itself)"
     manifest = {"targets": {"tensorrt": {"status": "unverified", "variants": {"fp32": {
@@ -217,8 +217,8 @@ def test_report_maps_use_the_page_colours():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from pipeline.publishing.figures import _draw_panel
-    from pipeline.publishing.overlay import heat_colour
+    from arrcoc_edge.publishing.figures import _draw_panel
+    from arrcoc_edge.publishing.overlay import heat_colour
 
     grid = 4
     relevance = np.linspace(0, 1, grid * grid).astype(np.float32)

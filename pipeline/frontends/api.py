@@ -1,4 +1,4 @@
-"""The Python API: `from pipeline import build, load` (docs/python.md).
+"""The Python API: `from arrcoc_edge import build, load` (docs/python.md).
 
     result = build(targets="onnx", out="artifacts")      # what `invoke build` does, typed result
     model = load("artifacts")                            # what `invoke predict` loads, kept open
@@ -6,7 +6,7 @@
 
 `invoke build` and `invoke predict` call these same functions (pipeline/frontends/cli.py, pipeline/frontends/batch.py),
 so a number printed by the command line and one returned here cannot drift apart. Errors are the
-project's typed errors (pipeline.errors, exported at the top: `pipeline.InputError`...), never
+project's typed errors (arrcoc_edge.errors, exported at the top: `arrcoc_edge.InputError`...), never
 SystemExit; nothing is printed on stdout unless progress=True (or verbose=True) asks for it.
 """
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from pipeline.errors import ArrcocError, InputError
+from arrcoc_edge.errors import ArrcocError, InputError
 
-# pipeline.frontends.api is imported on the first use of build or load, never by `import pipeline`: these
+# arrcoc_edge.frontends.api is imported on the first use of build or load, never by `import pipeline`: these
 # module imports (torch among them) cost nothing on each call, where an import statement would
-from pipeline.frontends import predict as pr
-from pipeline.frontends.photos import decoded_photos, photo_list, photo_pixels, progress_bar
-from pipeline.stages.golden import load_photo
+from arrcoc_edge.frontends import predict as pr
+from arrcoc_edge.frontends.photos import decoded_photos, photo_list, photo_pixels, progress_bar
+from arrcoc_edge.stages.golden import load_photo
 
 TEXT_CACHE = 64  # sentences whose query vectors a Model keeps (a notebook asks the same few again)
 
@@ -65,7 +65,7 @@ def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint
     options = {"calibration_dir": calibration, "calibration_queries": calibration_queries, "grid": grid, "top_k": top_k, "base_model": base_model}
     raw, root = build_stages(targets, checkpoint, out, {k: v for k, v in options.items() if v is not None},
                              verbose, show=progress)
-    from pipeline.publishing.reading import read_manifest
+    from arrcoc_edge.publishing.reading import read_manifest
 
     return BuildResult(raw.ok, root, {s.target.name: _target_result(s) for s in raw.stages}, read_manifest(root),
                        raw.seconds, raw.exported_cache_hit)
@@ -76,16 +76,16 @@ def _target_result(stage) -> TargetResult:
 
 
 def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: bool = True):
-    """(pipeline.building.build.BuildResult, output folder): the options checked (as `invoke build` checks
+    """(arrcoc_edge.building.build.BuildResult, output folder): the options checked (as `invoke build` checks
     them), then the build with third-party output in OUT's build.log. `invoke build` prints its
     table from this; build() turns it into the typed BuildResult."""
-    import targets as target_table
-    from pipeline.building.build import build_inputs, run_build
-    from pipeline.frontends import options as opts
-    from pipeline.frontends.console import build_console
-    from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
-    from pipeline.publishing.folder_state import state_dir
-    from pipeline.publishing.outputs_guard import check_out_folder
+    from arrcoc_edge import targets as target_table
+    from arrcoc_edge.building.build import build_inputs, run_build
+    from arrcoc_edge.frontends import options as opts
+    from arrcoc_edge.frontends.console import build_console
+    from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
+    from arrcoc_edge.publishing.folder_state import state_dir
+    from arrcoc_edge.publishing.outputs_guard import check_out_folder
 
     names = opts.target_names(None if targets is None else str(targets))
     requested = target_table.resolve(names)
@@ -122,7 +122,7 @@ class Prediction:
     __slots__ = ("record", "source", "_pixels")
 
     def __init__(self, record, source: Path | None, pixels):
-        self.record = record  # pipeline.frontends.predict.Prediction: the flat outputs the JSON holds
+        self.record = record  # arrcoc_edge.frontends.predict.Prediction: the flat outputs the JSON holds
         self.source = source
         self._pixels = pixels  # the decoded photo, or its path (decoded again by heatmap())
 
@@ -143,7 +143,7 @@ class Prediction:
 
     @property
     def weights(self) -> dict[str, float]:
-        from pipeline.relevance.signature import WAYS_OF_KNOWING
+        from arrcoc_edge.relevance.signature import WAYS_OF_KNOWING
 
         return {name: float(w) for name, w in zip(WAYS_OF_KNOWING, self.record.weights)}
 
@@ -152,7 +152,7 @@ class Prediction:
 
     def heatmap(self):
         """PIL.Image: the photo with the relevance map, the top-K cells outlined and a legend."""
-        from pipeline.publishing.overlay import heatmap
+        from arrcoc_edge.publishing.overlay import heatmap
 
         pixels = load_photo(self._pixels) if isinstance(self._pixels, Path) else self._pixels
         r = self.record
@@ -172,9 +172,9 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     its default; ExecuTorch's process-wide pool keeps its own). sentences=True: a typed query is
     coming, so the sentence encoder loads on a thread meanwhile (its files' check and session
     overlap the model's), instead of on the first sentence."""
-    import targets as target_table
-    from pipeline.publishing.folder_state import output_path, pinned
-    from pipeline.publishing.reading import read_manifest
+    from arrcoc_edge import targets as target_table
+    from arrcoc_edge.publishing.folder_state import output_path, pinned
+    from arrcoc_edge.publishing.reading import read_manifest
 
     if runtime is not None and not isinstance(runtime, str):
         raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")
@@ -185,7 +185,7 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     manifest = read_manifest(base)
     if not manifest.get("targets"):
         raise InputError(f"nothing is published in {root}",
-                         "build first: pipeline.build(targets='onnx', out=...) or `invoke build --target onnx`")
+                         "build first: arrcoc_edge.build(targets='onnx', out=...) or `invoke build --target onnx`")
     if not manifest.get("checkpoint", {}).get("model"):
         raise InputError(f"{root}'s manifest.json names no checkpoint.model (grid, top_k, query_dim)",
                          "rebuild that folder with `invoke build`")
@@ -227,7 +227,7 @@ def _check_exists(root: Path) -> None:
     """A folder that is not there is said as such, not as an empty publish."""
     if not os.path.lexists(root):
         raise InputError(f"folder {root} does not exist",
-                         "pass the folder a build published into (pipeline.build(..., out=FOLDER) or "
+                         "pass the folder a build published into (arrcoc_edge.build(..., out=FOLDER) or "
                          "`arrcoc-edge build --out FOLDER`)")
     if not root.is_dir():
         raise InputError(f"{root} is not a folder", "pass the folder a build published into")
@@ -284,7 +284,7 @@ class Model:
 
     def _open_runner(self):
         if self._runner is None:
-            raise InputError(f"{self!r} was closed", "load the folder again: model = pipeline.load(folder)")
+            raise InputError(f"{self!r} was closed", "load the folder again: model = arrcoc_edge.load(folder)")
         return self._runner
 
     def __repr__(self) -> str:
@@ -307,7 +307,7 @@ class Model:
         return Prediction(record, source, source or pixels)
 
     def _predict_one(self, photo, query, timed: bool = False) -> Prediction:
-        """timed: the median of pipeline.frontends.predict.TIMED_CALLS warm calls, as `invoke predict` prints."""
+        """timed: the median of arrcoc_edge.frontends.predict.TIMED_CALLS warm calls, as `invoke predict` prints."""
         pixels, source = photo_pixels(photo)
         inputs = {"image": pixels[None], "query": self._query_row(query)}
         if timed:

@@ -1,6 +1,6 @@
 """`invoke predict` on many photos: a folder, several --image, several --query, one model load.
 
-Each (photo, query) goes through pipeline.frontends.api's Model.predict_many, the call a Python caller makes:
+Each (photo, query) goes through arrcoc_edge.frontends.api's Model.predict_many, the call a Python caller makes:
 one line per prediction on stdout, one JSON line each to --json (a .jsonl file, written whole at the
 end), heatmaps into the folder --heatmap names. An unreadable photo is one line on stderr, skipped
 and counted; any such photo makes the exit code 2. Nothing is written over a file the user did not
@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.frontends import options as opts
-from pipeline.frontends import predict as pr
-from pipeline.errors import InputError
-from pipeline.publishing.outputs_guard import folder_holding
+from arrcoc_edge.frontends import options as opts
+from arrcoc_edge.frontends import predict as pr
+from arrcoc_edge.errors import InputError
+from arrcoc_edge.publishing.outputs_guard import folder_holding
 
 BATCH = 8  # photos of one size per runtime call (the artifacts' own limit is smaller for some)
 HEATMAP_SUFFIX = ".heatmap.png"

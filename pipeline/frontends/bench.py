@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.stages.target import BenchCase
+from arrcoc_edge.errors import InputError
+from arrcoc_edge.stages.target import BenchCase
 
 
 def torch_cases(model) -> list[BenchCase]:
@@ -27,7 +27,7 @@ def torch_cases(model) -> list[BenchCase]:
     without this tool, with kornia at full resolution and the direct D-wide projection."""
     import torch
 
-    from pipeline.relevance import reference
+    from arrcoc_edge.relevance import reference
 
     default = torch.get_num_threads()
     state = model.state_dict()
@@ -138,8 +138,8 @@ SPEED_GOALS = (
      "onnxruntime fp32 (1 thread)", CROPS, 2.0),
     ("browser fp32 (1 thread) <= 2x onnxruntime fp32, 12 MP photo", "browser fp32 (1 thread", PHOTO_12MP,
      "onnxruntime fp32 (1 thread)", PHOTO_12MP, 2.0),
-    # issue 37: the Python API (pipeline.load) costs little more than the runtime call it makes
-    ("pipeline.load().predict <= 1.1x its bare runtime call at batch 1 (16G crop)", "api: load()", CROPS,
+    # issue 37: the Python API (arrcoc_edge.load) costs little more than the runtime call it makes
+    ("arrcoc_edge.load().predict <= 1.1x its bare runtime call at batch 1 (16G crop)", "api: load()", CROPS,
      "api: bare", CROPS, 1.1),
     ("pipeline predict_many <= 1.05x its bare runtime call per photo at batch 8", "api: load()", "batch 8",
      "api: bare", "batch 8", 1.05),
@@ -187,7 +187,7 @@ def bench_inputs(heldout, cfg, batches) -> list[tuple[str, dict]]:
 
 
 def api_cases(model) -> list[BenchCase]:
-    """The Python API's overhead (pipeline.frontends.api, issue 37): model.predict at batch 1 and
+    """The Python API's overhead (arrcoc_edge.frontends.api, issue 37): model.predict at batch 1 and
     predict_many at batch B on the inputs as arrays (the batch as one [B, H, W, 3] array, as an app
     holds its frames; a list of B separate arrays adds one copy into a batch), beside the bare call of the very runtime the
     model holds (same session, 1 thread). Their ratio is what the API adds to each call."""
@@ -205,9 +205,9 @@ def api_cases(model) -> list[BenchCase]:
 
 
 def api_model(out: Path, log):
-    """pipeline.load(out) on 1 thread: the runtime it picks by default, as a caller gets it; None
+    """arrcoc_edge.load(out) on 1 thread: the runtime it picks by default, as a caller gets it; None
     (no API rows) when nothing published runs in Python here (a web-only folder)."""
-    from pipeline.frontends.api import load
+    from arrcoc_edge.frontends.api import load
 
     try:
         return load(out, threads=1)
@@ -266,7 +266,7 @@ def felt_figures(out: Path, manifest: dict, heldout, photos: int, log) -> dict |
     if not {"onnx", "text-encoder"} <= published:
         log("bench: no figures of what a user waits for: they need onnx and text-encoder published")
         return None
-    from pipeline.frontends.bench_felt import run_felt
+    from arrcoc_edge.frontends.bench_felt import run_felt
 
     photo = heldout.images[heldout.names.index("stereo_motorcycle/whole")]
     return run_felt(out, photo, min(photos, FELT_PHOTOS), log)
@@ -276,11 +276,11 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               photos: int = 0) -> dict:
     """photos: how many photos the folder run takes (folder_throughput); 0 skips it (`invoke bench`
     asks for FOLDER_PHOTOS unless --photos says otherwise)."""
-    from pipeline.publishing.folder_state import pinned, write_json_atomic
-    from pipeline.publishing.locking import build_lock
-    from pipeline.publishing.reading import check_published, read_manifest
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.stages.golden import build_golden_set
+    from arrcoc_edge.publishing.folder_state import pinned, write_json_atomic
+    from arrcoc_edge.publishing.locking import build_lock
+    from arrcoc_edge.publishing.reading import check_published, read_manifest
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages.golden import build_golden_set
 
     base = pinned(out)  # one generation: a build publishing meanwhile changes nothing benched here
     manifest = read_manifest(base)
@@ -317,7 +317,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
               "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder,
               "felt": felt, "int8_vs_fp32": int8_vs_fp32(rows)}
-    from pipeline.publishing import report
+    from arrcoc_edge.publishing import report
 
     with build_lock(out, log):  # a build publishing now would otherwise remove the report's folder
         write_json_atomic(out / "bench.json", result)
@@ -405,7 +405,7 @@ class third_party_output_to:
         import sys
         import warnings
 
-        from pipeline.frontends.redirect import fds_to
+        from arrcoc_edge.frontends.redirect import fds_to
 
         self._file = open(self.path, "a", buffering=1)
         self._file.write(f"--- invoke bench {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")

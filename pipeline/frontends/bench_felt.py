@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
+from arrcoc_edge.errors import InputError
 
 QUERY = "something red"
 COLD_RUNS = 3
@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # sentence-transformers (torch), the photo predicted (timed as predict times it), the answer printed.
 BEFORE_PREDICT = """
 import sys
-from pipeline.frontends import predict as pr
-from pipeline.frontends.api import load
-from pipeline.relevance.text_encoder import embed
+from arrcoc_edge.frontends import predict as pr
+from arrcoc_edge.frontends.api import load
+from arrcoc_edge.relevance.text_encoder import embed
 out, photo, query = sys.argv[1:4]
 with load(out, "onnx") as model:
     result = model._predict_one(photo, embed([query])[0], timed=True)
@@ -46,14 +46,14 @@ print(pr.describe(result.record))
 BEFORE_FOLDER = """
 import sys
 from pathlib import Path
-from pipeline.frontends import api, batch, photos
-from pipeline.relevance.text_encoder import embed
+from arrcoc_edge.frontends import api, batch, photos
+from arrcoc_edge.relevance.text_encoder import embed
 out, folder, query, lines = sys.argv[1:5]
 photos.DECODE_THREADS = 0
 with api.load(out, "onnx") as model:
     sys.exit(batch.run(model, batch.folder_photos(Path(folder)), [("query", query, embed([query])[0])], Path(lines), None))
 """
-COMMAND = "from pipeline.frontends.commands import main; main()"  # `arrcoc-edge` as its console script runs it
+COMMAND = "from arrcoc_edge.frontends.commands import main; main()"  # `arrcoc-edge` as its console script runs it
 
 
 def _wall(argv: list[str]) -> float:
@@ -82,8 +82,8 @@ def cold_predict(out: Path, photo: Path, runs: int, log) -> dict:
 def new_sentence(out: Path, count: int, log) -> dict:
     """ms per new sentence on a loaded model: the published encoder and sentence-transformers, each
     on the same distinct sentences (no cache between them), first sentence apart."""
-    from pipeline.frontends.api import load
-    from pipeline.relevance.text_encoder import embed
+    from arrcoc_edge.frontends.api import load
+    from arrcoc_edge.relevance.text_encoder import embed
 
     sentences = [f"{QUERY} number {i} near the {w}" for i, w in enumerate(["left", "top", "edge", "middle"] * count)][:count + 1]
     log(f"bench: {count} new sentences on a loaded model, beside sentence-transformers")

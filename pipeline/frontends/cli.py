@@ -6,15 +6,15 @@ import sys
 import traceback
 from pathlib import Path
 
-from pipeline.errors import ArrcocError
-from pipeline.frontends import options as opts
-from pipeline.frontends import redirect
-from pipeline.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
-from pipeline.frontends.verify import _verify
-from pipeline.stages.parity import size_cells
+from arrcoc_edge.errors import ArrcocError
+from arrcoc_edge.frontends import options as opts
+from arrcoc_edge.frontends import redirect
+from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
+from arrcoc_edge.frontends.verify import _verify
+from arrcoc_edge.stages.parity import size_cells
 
 # The command the user typed, as messages name it: `invoke` in a checkout, `arrcoc-edge` once installed
-# (pipeline.frontends.commands.main sets it).
+# (arrcoc_edge.frontends.commands.main sets it).
 COMMAND = "invoke"
 
 
@@ -34,7 +34,7 @@ def parity_cell(report) -> str:
 def _other_isas(report) -> str:
     """The variant's runs on other instruction sets' kernels (the phones' arm64, emulated), in a few
     words: how many passed the same gate, or that none could be measured here."""
-    from pipeline.building.build import host_isa
+    from arrcoc_edge.building.build import host_isa
 
     others = [r for isa, r in (getattr(report, "by_isa", None) or {}).items() if isa != host_isa()]
     if not others:
@@ -82,7 +82,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
     callback, a __del__) is still exit 130."""
     import signal
 
-    from pipeline.publishing import locking
+    from arrcoc_edge.publishing import locking
 
     locking.reset_interrupts()
     previous = {s: signal.signal(s, locking.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -127,7 +127,7 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
 
 def _stopped(name: str, why: str) -> int:
     """The interrupted task's one line; exit 130."""
-    from pipeline.errors import BuildInterrupted
+    from arrcoc_edge.errors import BuildInterrupted
 
     fix = (f"nothing to fix: `{COMMAND} serve` starts it again" if name == "serve" else
            f"nothing was changed by the interrupted step: run `{COMMAND} {name}` again")
@@ -169,7 +169,7 @@ def need_build_extra(task: str) -> None:
     so in one line with the install command, before anything is read or written."""
     import importlib.util
 
-    from pipeline.errors import MissingExtraError, install_fix
+    from arrcoc_edge.errors import MissingExtraError, install_fix
 
     missing = [m for m in ("torch", "onnx", "safetensors") if importlib.util.find_spec(m) is None]
     if missing:
@@ -183,11 +183,11 @@ def build(targets: str, checkpoint: str | None, out: str | None, verbose: bool, 
 
 
 def _build(targets, checkpoint, out, verbose, options) -> int:
-    """The build is pipeline.frontends.api's (pipeline.build() runs the same function); this prints its table."""
+    """The build is arrcoc_edge.frontends.api's (arrcoc_edge.build() runs the same function); this prints its table."""
     need_build_extra("build")
-    from pipeline.frontends.api import build_stages
-    from pipeline.frontends.console import LOG_NAME
-    from pipeline.publishing.folder_state import state_dir
+    from arrcoc_edge.frontends.api import build_stages
+    from arrcoc_edge.frontends.console import LOG_NAME
+    from arrcoc_edge.publishing.folder_state import state_dir
 
     result, root = build_stages(targets, checkpoint, out, options, verbose)
     if not verbose:
@@ -213,8 +213,8 @@ def next_step(stage, root: Path, verbose: bool) -> str:
     """The closing line's action for the first failed target: its own error's fix when it carries
     one (`kind: problem -> fix: action`), else how to see why (the gate's numbers, a converter's
     traceback and its third-party output)."""
-    from pipeline.frontends.console import LOG_NAME
-    from pipeline.publishing.folder_state import state_dir
+    from arrcoc_edge.frontends.console import LOG_NAME
+    from arrcoc_edge.publishing.folder_state import state_dir
 
     reason = stage.reason or ""
     if " -> fix: " in reason:
@@ -238,7 +238,7 @@ def _merge(parts, out, checkpoint) -> int:
     folders = opts.part_folders(parts)
     root = opts.out_folder(out, DEFAULT_OUT)
     ckpt = opts.existing_file("checkpoint", checkpoint) if checkpoint is not None else None
-    from pipeline.building.merge import run_merge
+    from arrcoc_edge.building.merge import run_merge
 
     data = run_merge(folders, root, ckpt, DEFAULT_CHECKPOINT, log=lambda m: print(m, flush=True))
     rows = [[name, e.get("status"), e["merge"]["from_part"], _host_cell(e["merge"]["built_and_verified_on"])]
@@ -261,7 +261,7 @@ def clean(out: str | None, verbose: bool = False) -> int:
 
 
 def _clean(root: Path) -> int:
-    from pipeline.publishing import cleaning, folder_state
+    from arrcoc_edge.publishing import cleaning, folder_state
 
     state = folder_state.state_dir(root)
     # lexists, not is_file: a ledger that is a FIFO or a link is the state's, refused by cleaning.clean
@@ -272,7 +272,7 @@ def _clean(root: Path) -> int:
     try:
         kept = cleaning.clean(root, lambda m: print(m, flush=True))
     except OSError as exc:
-        from pipeline.errors import OutputDirError
+        from arrcoc_edge.errors import OutputDirError
 
         raise OutputDirError(f"cannot clean {root} ({exc.strerror or exc})",
                              "fix its permissions (chmod, chattr -i) and run clean again") from exc
@@ -284,7 +284,7 @@ def _clean(root: Path) -> int:
 
 def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
     """`invoke bench`: latency of every published runtime side by side; writes OUT/bench.json."""
-    from pipeline.frontends.bench import FOLDER_PHOTOS
+    from arrcoc_edge.frontends.bench import FOLDER_PHOTOS
 
     return guarded(lambda: _bench(opts.in_folder(out, DEFAULT_OUT), opts.integer("runs", runs, 1, opts.MAX_BENCH_RUNS, 50),
                                   opts.integer("photos", photos, 0, opts.MAX_BENCH_PHOTOS, FOLDER_PHOTOS)),
@@ -293,8 +293,8 @@ def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
 
 def _bench(root: Path, runs: int, photos: int) -> int:
     need_build_extra("bench")
-    import targets as target_table
-    from pipeline.frontends.bench import format_rows, run_bench
+    from arrcoc_edge import targets as target_table
+    from arrcoc_edge.frontends.bench import format_rows, run_bench
 
     result = run_bench(root, target_table.TARGETS, runs=runs, log=lambda m: print(m, flush=True), photos=photos)
     print()
@@ -302,7 +302,7 @@ def _bench(root: Path, runs: int, photos: int) -> int:
     for note in result.get("notes") or []:
         print(f"note: {note}")
     if result.get("felt"):
-        from pipeline.frontends.bench_felt import format_felt
+        from arrcoc_edge.frontends.bench_felt import format_felt
 
         print()
         print(format_felt(result["felt"]))
@@ -323,9 +323,9 @@ def predict(image, query, query_embedding, out, runtime, json_path, heatmap, ver
 def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
     """Every option is checked before the model runs: a bad output path found after it would
     throw the answer away (and a path over an input would destroy the input)."""
-    from pipeline.errors import InputError
-    from pipeline.frontends import batch
-    from pipeline.frontends import predict as pr
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.frontends import batch
+    from arrcoc_edge.frontends import predict as pr
 
     images, queries = _listed(image), _listed(query)
     if not images:
@@ -347,7 +347,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     fmt = pr.heatmap_format("heatmap", heatmap_file) if heatmap_file else None
     if json_file and heatmap_file and os.path.realpath(json_file) == os.path.realpath(heatmap_file):
         raise InputError(f"--json and --heatmap name one file ({json_file})", "give them two different file names")
-    with _model(root, runtime, verbose, sentences=bool(queries)) as model:  # pipeline.load: what a Python caller runs
+    with _model(root, runtime, verbose, sentences=bool(queries)) as model:  # arrcoc_edge.load: what a Python caller runs
         query = queries[0] if queries else pr._embedding_file(embedding, model.query_dim)[0]
         result = model._predict_one(photo, query, timed=True)
     print(pr.describe(result.record))
@@ -363,10 +363,10 @@ def _listed(value) -> list:
 
 
 def _model(root: Path, runtime, verbose: bool, sentences: bool = False):
-    from pipeline.errors import InputError
-    from pipeline.frontends.api import load
-    from pipeline.publishing.folder_state import pinned
-    from pipeline.publishing.reading import read_manifest
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.frontends.api import load
+    from arrcoc_edge.publishing.folder_state import pinned
+    from arrcoc_edge.publishing.reading import read_manifest
 
     if not read_manifest(pinned(root)).get("targets"):
         raise InputError(f"nothing is published in {root}", f"run `{COMMAND} build --target onnx` first (or pass --out)")
@@ -375,8 +375,8 @@ def _model(root: Path, runtime, verbose: bool, sentences: bool = False):
 
 def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose) -> int:
     """Several photos or queries (pipeline/frontends/batch.py): outputs checked first, then one model load."""
-    from pipeline.frontends import batch
-    from pipeline.frontends import predict as pr
+    from arrcoc_edge.frontends import batch
+    from arrcoc_edge.frontends import predict as pr
 
     inputs = photos + ([embedding] if embedding else [])
     json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
@@ -390,7 +390,7 @@ def _predict_many(given, photos, queries, embedding, root, runtime, json_path, h
 
 def serve(out: str | None, port, verbose: bool = False) -> int:
     """`invoke serve`: the built web demo on localhost until Ctrl-C."""
-    from pipeline.serve import serve_forever
+    from arrcoc_edge.serve import serve_forever
 
     def run():
         number = opts.port(port)
@@ -406,8 +406,8 @@ def train(out: str | None, steps, seed, verbose: bool = False) -> int:
         n_steps = opts.integer("steps", steps, 1, opts.MAX_TRAIN_STEPS) if steps is not None else None
         n_seed = opts.integer("seed", seed, 0, opts.MAX_SEED) if seed is not None else None
         need_build_extra("train")
-        from pipeline.training.train import DEFAULT_OUT as TRAINED
-        from pipeline.training.train import check_out, main
+        from arrcoc_edge.training.train import DEFAULT_OUT as TRAINED
+        from arrcoc_edge.training.train import check_out, main
 
         check_out(path or TRAINED, roots=(DEFAULT_OUT,))  # before minutes of training, not after
         return main(str(path) if path else None, n_steps, n_seed, roots=(DEFAULT_OUT,))
@@ -424,8 +424,8 @@ def app_tokenize(app, tokenizer, text_file, max_length, verbose: bool = False) -
 def _app_tokenize(app, tokenizer, text_file, max_length, verbose: bool) -> int:
     import json
 
-    from pipeline.errors import InputError
-    import targets as target_table
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge import targets as target_table
 
     if app not in target_table.TOKENIZER_APPS:
         raise InputError(f"--app {app!r} is not android or ios", "pass --app android or --app ios")

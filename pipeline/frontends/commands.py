@@ -3,7 +3,7 @@
 `arrcoc-edge build|predict|verify|merge|clean|serve|bench|train|app-tokenize ...` is Invoke's
 Program serving this module's tasks (main below, [project.scripts] in pyproject.toml); the root
 tasks.py imports the same tasks for `invoke` in a checkout. Numbers are taken as text and checked
-by pipeline.frontends.options: Invoke's own int conversion prints a traceback on a value like
+by arrcoc_edge.frontends.options: Invoke's own int conversion prints a traceback on a value like
 "abc". Every task ends a bad input with one line and exit 2.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 from invoke import Exit, Task, task
 
-from pipeline.errors import BuildInterrupted
+from arrcoc_edge.errors import BuildInterrupted
 
 NAME = "arrcoc-edge"
 TASKS = ("build", "verify", "merge", "predict", "serve", "clean", "bench", "train", "app-tokenize")
@@ -24,7 +24,7 @@ LOADING_ENV = "ARRCOC_TEST_LOADING_FILE"
 
 
 def early_interrupt(command: str):
-    """A handler for Ctrl-C (or SIGTERM) before a task's own are in place (pipeline.frontends.cli.guarded):
+    """A handler for Ctrl-C (or SIGTERM) before a task's own are in place (arrcoc_edge.frontends.cli.guarded):
     while the task imports its modules. Invoke would answer the KeyboardInterrupt with exit 1 and no
     output; nothing has been written yet, so say guarded's one line and leave at once."""
     def handler(signum, frame) -> None:
@@ -88,7 +88,7 @@ def _exit(code: int) -> None:
 def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration=None, grid=None, top_k=None,
           base_model=None, calibration_queries=None):
     """Export the checkpoint once, build, verify, gate and publish the target(s)."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     options = {"calibration_dir": calibration} if calibration is not None else {}
     options.update(grid=grid, top_k=top_k, base_model=base_model, calibration_queries=calibration_queries)
@@ -98,7 +98,7 @@ def build(c, target="all", checkpoint=None, out=None, verbose=False, calibration
 @task(help={"out": "output folder; default: artifacts/", "verbose": VERBOSE})
 def verify(c, out=None, verbose=False):
     """Re-check published files against the manifest's sizes and sha256 hashes; list unlisted files."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.verify(out, verbose))
 
@@ -109,13 +109,13 @@ def verify(c, out=None, verbose=False):
             "verbose": VERBOSE})
 def merge(c, parts=None, out=None, checkpoint=None, verbose=False):
     """Join published folders built from one checkpoint into one published folder and manifest."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.merge(parts, out, checkpoint, verbose))
 
 
 def _runtimes_help() -> str:
-    from pipeline.frontends.predict import PREFERRED
+    from arrcoc_edge.frontends.predict import PREFERRED
 
     return ("published artifact to run: " + ", ".join(PREFERRED) + " (a target's primary variant, as its manifest declares it), or target:variant "
             "(e.g. executorch:int8, onnx-int8:fp32-ort); default: the fastest published in --out "
@@ -138,7 +138,7 @@ def _runtimes_help() -> str:
 def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
             verbose=False):
     """Run a published artifact on one whole photo and a query: top-K cells and the three weights."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.predict(image, query, query_embedding, out, runtime, json, heatmap, verbose))
 
@@ -147,7 +147,7 @@ def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=N
             "verbose": VERBOSE})
 def serve(c, out=None, port=None, verbose=False):
     """Serve the built web demo on localhost with cross-origin isolation (multi-threaded WASM)."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.serve(out, port, verbose))
 
@@ -155,7 +155,7 @@ def serve(c, out=None, port=None, verbose=False):
 @task(help={"out": "output folder to empty; default: artifacts/", "verbose": VERBOSE})
 def clean(c, out=None, verbose=False):
     """Remove published artifacts, the manifest, staging leftovers and the export cache."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.clean(out, verbose))
 
@@ -167,13 +167,13 @@ def clean(c, out=None, verbose=False):
             "verbose": VERBOSE})
 def bench(c, out=None, runs=None, verbose=False, photos=None):
     """Latency of torch eager and every published runtime, side by side (not a test)."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.bench(out, runs, verbose, photos))
 
 
 @task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",
-            "steps": "Adam steps (default: pipeline.training.train.Recipe.steps)",
+            "steps": "Adam steps (default: arrcoc_edge.training.train.Recipe.steps)",
             "seed": "initialisation and batch-order seed (default 0); same seed -> same bytes",
             "verbose": VERBOSE})
 def train(c, out=None, steps=None, seed=None, verbose=False):
@@ -182,7 +182,7 @@ def train(c, out=None, steps=None, seed=None, verbose=False):
     Prints held-out precision@K / R-precision of the trained model next to the untrained
     checkpoint and a query-blind baseline trained in the same run.
     """
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.train(out, steps, seed, verbose))
 
@@ -196,7 +196,7 @@ def train(c, out=None, steps=None, seed=None, verbose=False):
     "verbose": VERBOSE})
 def app_tokenize(c, app=None, tokenizer=None, text_file=None, max_length=None, verbose=False):
     """Print the ids an app's own tokenizer gives each line of a text file, one JSON array per line."""
-    from pipeline.frontends import cli
+    from arrcoc_edge.frontends import cli
 
     _exit(cli.app_tokenize(app, tokenizer, text_file, max_length, verbose))
 
@@ -206,8 +206,8 @@ def main() -> None:
     install_early_handlers(NAME)
     from invoke import Collection
 
-    from pipeline import __version__
-    from pipeline.frontends import cli
+    from arrcoc_edge import __version__
+    from arrcoc_edge.frontends import cli
 
     cli.COMMAND = NAME  # the messages name the command the user typed
     tasks = Collection(build, verify, merge, predict, serve, clean, bench, train, app_tokenize)

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.frontends.redirect import fds_to
+from arrcoc_edge.frontends.redirect import fds_to
 
 LOG_NAME = "build.log"
 _MAX_LOG_BYTES = 20 * 1024 * 1024  # start afresh past this: a log of every build ever is noise too
@@ -83,7 +83,7 @@ class Console:
 @contextlib.contextmanager
 def build_console(out_dir: Path, verbose: bool, show: bool = True):
     """Yield a Console for the build's lines; unless verbose, fds 1 and 2 go to OUT/build.log.
-    show=False (pipeline.building.build without progress): the build's own lines are not shown either."""
+    show=False (arrcoc_edge.building.build without progress): the build's own lines are not shown either."""
     sys.stdout.flush()
     sys.stderr.flush()
     log = None if verbose else _open_log(out_dir)

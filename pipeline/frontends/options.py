@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipeline import install
-from pipeline.errors import InputError
+from arrcoc_edge import install
+from arrcoc_edge.errors import InputError
 
 # A source checkout (the checkpoints and artifacts/ at its root), or an installed package: the wheel
 # carries the checkpoints in pipeline/bundled/ (setup.py) and the output goes to ./artifacts.
 REPO, CHECKOUT = install.ROOT, install.CHECKOUT
 # The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
 # seeded initialisation it started from, kept as the untrained baseline (pipeline/training/train.py).
-DEFAULT_CHECKPOINT = install.project_folder("checkpoints", REPO / "pipeline") / "arrcoc-v0.1-trained.safetensors"
+DEFAULT_CHECKPOINT = install.project_folder("checkpoints", install.CORE) / "arrcoc-v0.1-trained.safetensors"
 DEFAULT_OUT = REPO / "artifacts" if CHECKOUT else Path.cwd() / "artifacts"
 
 MAX_BENCH_RUNS = 100_000
@@ -68,8 +68,8 @@ def _not_empty(name: str, value) -> str:
 
 def out_folder(value: str | None, default: Path, name: str = "out") -> Path:
     """An output folder named on the command line, resolved once, here: absolute, links in its
-    parents followed (pipeline.publishing.folder_state.output_path). Everything after uses only this path."""
-    from pipeline.publishing.folder_state import output_path
+    parents followed (arrcoc_edge.publishing.folder_state.output_path). Everything after uses only this path."""
+    from arrcoc_edge.publishing.folder_state import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value))
 
@@ -82,7 +82,7 @@ def in_folder(value: str | None, default: Path, name: str = "out") -> Path:
 def release_folder(value: str | None, default: Path, name: str = "out") -> Path:
     """A folder that is only read (verify, predict, serve): like in_folder, and a kept release (a
     renamed or copied output folder's link to its generation) is read where it lives."""
-    from pipeline.publishing.folder_state import output_path
+    from arrcoc_edge.publishing.folder_state import output_path
 
     return output_path(str(default) if value is None else _not_empty(name, value), release_ok=True)
 
@@ -109,7 +109,7 @@ def existing_file(name: str, value: str) -> Path:
 
 def sentence_file(name: str, value: str) -> Path:
     """--calibration-queries FILE: an existing file of one sentence a line, read and checked whole now."""
-    from pipeline.stages.sentences import read_sentence_file
+    from arrcoc_edge.stages.sentences import read_sentence_file
 
     path = existing_file(name, value)
     read_sentence_file(path)
@@ -122,7 +122,7 @@ def part_folders(text: str | None) -> list[Path]:
     if not names:
         raise InputError(f"no folder named in --parts {_shown(text or '')}",
                          "name the published folders to merge, comma-separated (e.g. --parts linux,macos)")
-    from pipeline.publishing.folder_state import output_path
+    from arrcoc_edge.publishing.folder_state import output_path
 
     folders = [output_path(str(existing_folder("parts", n))) for n in names]
     resolved = [f.resolve() for f in folders]

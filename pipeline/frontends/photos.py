@@ -8,8 +8,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from pipeline.errors import ArrcocError, InputError
-from pipeline.stages.golden import check_photo_size, decode_image, load_photo
+from arrcoc_edge.errors import ArrcocError, InputError
+from arrcoc_edge.stages.golden import check_photo_size, decode_image, load_photo
 
 # Threads decoding photos for predict_many while the runtime runs (Pillow's JPEG decoder releases the GIL):
 # one per core, at least 2 so decoding overlaps the runtime even on one core; 0 decodes in the
@@ -18,7 +18,7 @@ DECODE_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 def photo_pixels(photo) -> tuple[np.ndarray, Path | None]:
     """(uint8 [H, W, 3], its path or None): a file decoded as `invoke predict` decodes it
-    (pipeline.stages.golden.load_photo), a PIL image decoded the same way (EXIF orientation when it
+    (arrcoc_edge.stages.golden.load_photo), a PIL image decoded the same way (EXIF orientation when it
     carries one), an array taken as RGB pixels exactly as given (no orientation: it has no EXIF)."""
     if isinstance(photo, np.ndarray):
         if photo.dtype != np.uint8 or photo.ndim != 3 or photo.shape[2] != 3:
@@ -64,7 +64,7 @@ def photo_list(photos):
     if not path.is_dir():
         raise InputError(f"photos {os.fspath(photos)!r}: {path} does not exist",
                          "pass a folder of photos, a photo file, or a list of them")
-    from pipeline.frontends.batch import folder_photos
+    from arrcoc_edge.frontends.batch import folder_photos
 
     found = folder_photos(path)
     if not found:

@@ -1,6 +1,6 @@
 """`invoke predict`: one whole photo and a query through a published artifact in its real runtime.
 
-The photo goes in as decoded (pipeline.stages.golden.load_photo: EXIF orientation applied, RGB, alpha
+The photo goes in as decoded (arrcoc_edge.stages.golden.load_photo: EXIF orientation applied, RGB, alpha
 dropped, no crop, no resize): the artifact does the reference's resize itself. The query is a
 sentence (when this checkpoint's width has a query encoder here) or a float32 .npy of shape [D].
 Published files are checked against the manifest's sha256 before they are loaded.
@@ -19,11 +19,11 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.errors import InputError, install_fix
-from pipeline.frontends.redirect import fds_to
-from pipeline.publishing.reading import check_variant_files
-from pipeline.relevance.signature import WAYS_OF_KNOWING
-from pipeline.stages.target import Target
+from arrcoc_edge.errors import InputError, install_fix
+from arrcoc_edge.frontends.redirect import fds_to
+from arrcoc_edge.publishing.reading import check_variant_files
+from arrcoc_edge.relevance.signature import WAYS_OF_KNOWING
+from arrcoc_edge.stages.target import Target
 
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
 # (onnxruntime FP32 fastest; see the README's benchmark table).
@@ -55,7 +55,7 @@ def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
     """Runtime name -> (target, variant) for every published variant this process can run.
     A target's name means its primary variant as the manifest declares it (never the first by
     name: `onnx-int8` is its INT8 model, not fp32-ort); `target:variant` names any variant."""
-    from pipeline.publishing.manifest import primary_variant
+    from arrcoc_edge.publishing.manifest import primary_variant
 
     names = {}
     for name, entry in (manifest.get("targets") or {}).items():
@@ -111,7 +111,7 @@ def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) ->
 
 def _bench_order(out: Path, names: dict) -> list[str]:
     """Runtime names by their batch-1 median in OUT/bench.json (this host's own measurement)."""
-    from pipeline.publishing.folder_state import read_state_json
+    from arrcoc_edge.publishing.folder_state import read_state_json
 
     try:  # a regular file of bounded size only: a FIFO or a link to /dev/zero here is no measurement
         data = read_state_json(out / "bench.json", 16 * 1024 * 1024, lambda path, why: ValueError(why))
@@ -164,7 +164,7 @@ def sentence_encoder(dim: int, out: Path, manifest: dict, targets: dict) -> Call
             encoder = targets[name].query_encoder(out, entry)
             if encoder is not None:
                 return encoder
-    from pipeline.relevance import text_encoder
+    from arrcoc_edge.relevance import text_encoder
 
     if dim != text_encoder.EMBED_DIM:
         raise InputError(f"no query encoder for this checkpoint's width {dim} is published in {out}",
@@ -176,7 +176,7 @@ def sentence_encoder(dim: int, out: Path, manifest: dict, targets: dict) -> Call
 def _sentence_transformers(text: str) -> np.ndarray:
     import logging
 
-    from pipeline.relevance import text_encoder
+    from arrcoc_edge.relevance import text_encoder
 
     logging.disable(logging.WARNING)  # import-time notices of torchao and torch, not about this query
     try:
@@ -320,8 +320,8 @@ def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path
     """--json/--heatmap, checked before the model runs: a new or regular file in an existing,
     writable folder, never one of the inputs and never inside an output folder or its state (the
     publish is the tool's, replaced only whole), each judged by the file system's identity of
-    files and folders (pipeline.publishing.outputs_guard), however they are named or mounted."""
-    from pipeline.publishing.outputs_guard import folder_holding, input_named
+    files and folders (arrcoc_edge.publishing.outputs_guard), however they are named or mounted."""
+    from arrcoc_edge.publishing.outputs_guard import folder_holding, input_named
 
     if not str(value).strip():
         raise InputError(f"--{option} is empty", f"leave --{option} out, or name a file to write")
@@ -372,7 +372,7 @@ def heatmap_format(option: str, path: Path) -> str:
 
 def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heatmap_fmt: str | None,
                  say=print) -> None:
-    """Write the JSON and the heatmap of `result` (a pipeline.frontends.api.Prediction: its to_json() and
+    """Write the JSON and the heatmap of `result` (a arrcoc_edge.frontends.api.Prediction: its to_json() and
     heatmap(), what a Python caller gets), each whole or not at all (save_whole). Each written file
     is said at once."""
     jobs = []
@@ -389,8 +389,8 @@ def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heat
 def save_whole(path: Path, write) -> None:
     """publish.write_atomic with the one-line error: an error or a Ctrl-C while saving leaves the
     previous file, or none."""
-    from pipeline.errors import OutputDirError
-    from pipeline.publishing.folder_state import write_atomic
+    from arrcoc_edge.errors import OutputDirError
+    from arrcoc_edge.publishing.folder_state import write_atomic
 
     try:
         write_atomic(path, write)

@@ -14,8 +14,8 @@ def _verify(root: Path) -> int:
     Fails (exit 3) on a listed file that differs and on anything in a published folder the
     manifest does not list; a plain file at the top level that the tool did not write is named
     as EXTRA and does not fail (it is in no target folder, so nothing copies it with one)."""
-    from pipeline.errors import InputError
-    from pipeline.publishing import folder_state, reading
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.publishing import folder_state, reading
 
     for _ in range(5):
         before = folder_state.generation_id(root)
@@ -46,7 +46,7 @@ def _verify(root: Path) -> int:
 def check_published(base: Path, manifest: dict) -> tuple[list[str], int, int]:
     """(lines to print, number of findings that fail, number of EXTRA files) for the publish in
     folder `base`: each listed file checked, then every entry the tool did not publish named."""
-    from pipeline.publishing import reading
+    from arrcoc_edge.publishing import reading
 
     lines, bad = [], 0
     for name, entry in manifest.get("targets", {}).items():
@@ -72,7 +72,7 @@ def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:
     files the tool writes there, never following a link: ("UNLISTED", "name/ (...)") for a folder
     the manifest does not list, ("LINK", ...) and ("UNLISTED", "name (a FIFO ...)") for a link or
     a special file, which fail; ("EXTRA", name) for a plain file, which does not."""
-    from pipeline.publishing import folder_state, publish
+    from arrcoc_edge.publishing import folder_state, publish
 
     found = []
     for name in _names(base):

@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from pipeline.publishing.folder_state import (
+from arrcoc_edge.publishing.folder_state import (
     CACHE,
     CACHE_ENTRIES,
     GENERATIONS,
@@ -23,9 +23,9 @@ from pipeline.publishing.folder_state import (
     read_ledger,
     state_dir,
 )
-from pipeline.publishing.locking import build_lock, remove_tree
-from pipeline.publishing.publish import recover, remove_generation
-from pipeline.publishing.releases import release_links
+from arrcoc_edge.publishing.locking import build_lock, remove_tree
+from arrcoc_edge.publishing.publish import recover, remove_generation
+from arrcoc_edge.publishing.releases import release_links
 
 
 def clean(out: Path, log=print) -> list[str]:

@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 
-from pipeline.stages.golden import GoldenSplit
+from arrcoc_edge.stages.golden import GoldenSplit
 
 _COLUMNS = 5
 
@@ -26,7 +26,7 @@ def _draw_panel(ax, image: np.ndarray, relevance: np.ndarray, topk: np.ndarray, 
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 
-    from pipeline.publishing.overlay import cell_box, heat_colour
+    from arrcoc_edge.publishing.overlay import cell_box, heat_colour
 
     height, width = image.shape[:2]
     grid = int(round(len(relevance) ** 0.5))
@@ -52,7 +52,7 @@ def sample_figure(heldout: GoldenSplit, index: int, runs: list[dict]) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.stages.parity import topk_overlap
 
     ref_rel, ref_idx = heldout.expected["relevance"][index], heldout.expected["topk_indices"][index]
     panels = [("eager PyTorch float32 (reference)", ref_rel, ref_idx)]

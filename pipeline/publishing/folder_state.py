@@ -14,7 +14,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from pipeline.errors import OutputDirError
+from arrcoc_edge.errors import OutputDirError
 
 STATE_SUFFIX = ".arrcoc-edge"
 GENERATIONS = ".generations"

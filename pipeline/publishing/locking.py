@@ -13,8 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
-from pipeline.errors import OutputDirError
-from pipeline.publishing.folder_state import (
+from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.publishing.folder_state import (
     KILL_AT_ENV,
     LEDGER,
     LOCK,

@@ -13,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from pipeline.relevance.digest import sha256_file
+from arrcoc_edge.relevance.digest import sha256_file
 
 SCHEMA = "arrcoc-edge/manifest/1"
 _TOOLCHAIN = (
@@ -210,8 +210,8 @@ def check_shape(data, path: Path) -> None:
     """Refuse a manifest whose shape other code would trip over (or follow out of the folder):
     an object; `targets` an object of plain names; each entry's files a list of
     {path inside that target's folder, bytes, sha256}."""
-    from pipeline.errors import OutputDirError
-    from pipeline.publishing.folder_state import NAME
+    from arrcoc_edge.errors import OutputDirError
+    from arrcoc_edge.publishing.folder_state import NAME
 
     def bad(why: str):
         raise OutputDirError(f"{path} is not an arrcoc-edge manifest ({why})",
@@ -262,7 +262,7 @@ def _model_shape(model) -> str | None:
     """Why the checkpoint's model settings (grid, top_k, ...) cannot size a prediction, or None:
     each one present is a whole number >= 1 (JSON's true/false and "14" are not), the grid at most
     MAX_GRID and top_k at most grid squared, as a checkpoint's own ModelConfig allows."""
-    from pipeline.relevance.signature import MAX_GRID
+    from arrcoc_edge.relevance.signature import MAX_GRID
 
     if not isinstance(model, dict):
         return f"is a JSON {type(model).__name__}, not an object"

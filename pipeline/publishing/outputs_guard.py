@@ -18,7 +18,7 @@ import re
 import stat
 from pathlib import Path
 
-from pipeline.publishing import folder_state, takeover
+from arrcoc_edge.publishing import folder_state, takeover
 
 # Entries of one output folder's state compared by identity. A state holds a few hundred files per
 # generation (the web target's are the most); past this many the walk stops (the markers still hold).
@@ -163,7 +163,7 @@ def check_out_folder(out: Path, inputs: list[Path]) -> None:
     line before anything is written (no state folder, no build.log): it may not lie inside a
     publish or a state, be a bind mount of one, be or lie inside an input folder, or hold an
     input (`inputs`: the checkpoint, calibration images, the parts); then takeover.check_takeover."""
-    from pipeline.errors import OutputDirError
+    from arrcoc_edge.errors import OutputDirError
 
     source = mount_source(out, mounts())
     inside = next((marked(f) for f in ([source, *source.parents] if source else []) if marked(f)), None)

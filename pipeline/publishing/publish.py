@@ -35,8 +35,8 @@ import time
 import uuid
 from pathlib import Path
 
-from pipeline.errors import OutputDirError
-from pipeline.publishing.folder_state import (
+from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.publishing.folder_state import (
     BENCH,
     CACHE,
     GENERATIONS,
@@ -54,10 +54,10 @@ from pipeline.publishing.folder_state import (
     state_dir,
     write_json_atomic,
 )
-from pipeline.publishing.locking import _kill_point, check_interrupted, remove_tree, signals_deferred
-from pipeline.publishing.reading import open_regular, read_manifest
-from pipeline.publishing.releases import release_links
-from pipeline.publishing.takeover import check_takeover, take_over
+from arrcoc_edge.publishing.locking import _kill_point, check_interrupted, remove_tree, signals_deferred
+from arrcoc_edge.publishing.reading import open_regular, read_manifest
+from arrcoc_edge.publishing.releases import release_links
+from arrcoc_edge.publishing.takeover import check_takeover, take_over
 
 # ---------------------------------------------------------------- preparing and locking
 

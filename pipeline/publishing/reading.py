@@ -10,8 +10,8 @@ import os
 import stat
 from pathlib import Path
 
-from pipeline.errors import InputError, OutputDirError
-from pipeline.publishing.folder_state import MANIFEST, MAX_MANIFEST_BYTES, pinned, why_not_regular
+from arrcoc_edge.errors import InputError, OutputDirError
+from arrcoc_edge.publishing.folder_state import MANIFEST, MAX_MANIFEST_BYTES, pinned, why_not_regular
 
 
 def safe_relative(rel, what: str, error=OutputDirError) -> str:
@@ -65,7 +65,7 @@ def check_file(base: Path, entry: dict) -> str | None:
 def check_published(out: Path, base: Path, manifest: dict, targets: dict) -> None:
     """Before a task loads published artifacts (bench): each one's runtime is installed and each
     listed file is there with its size and sha256, else one line naming the fix (exit 2)."""
-    from pipeline.errors import InputError
+    from arrcoc_edge.errors import InputError
 
     for name, entry in manifest.get("targets", {}).items():
         if entry.get("status") != "published" or name not in targets:
@@ -81,7 +81,7 @@ def check_published(out: Path, base: Path, manifest: dict, targets: dict) -> Non
 
 def read_manifest(out: Path) -> dict:
     """The manifest published in `out` ({} when there is none), read from one pinned generation."""
-    from pipeline.publishing.manifest import check_shape
+    from arrcoc_edge.publishing.manifest import check_shape
 
     base = pinned(out) if out.is_dir() else out
     path = base / MANIFEST

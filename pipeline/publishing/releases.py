@@ -12,7 +12,7 @@ import re
 import stat
 from pathlib import Path
 
-from pipeline.publishing.folder_state import GENERATION_NAME, GENERATIONS, state_dir
+from arrcoc_edge.publishing.folder_state import GENERATION_NAME, GENERATIONS, state_dir
 
 
 def release_links(out: Path, ledger: dict) -> dict[str, list[str]]:

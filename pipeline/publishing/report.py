@@ -22,17 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.publishing.figures import sample_figure, size_figure
-from pipeline.publishing.parity_views import (METRICS, SUBSET_METRICS, _isa_html, _isa_markdown,  # noqa: F401
+from arrcoc_edge.publishing.figures import sample_figure, size_figure
+from arrcoc_edge.publishing.parity_views import (METRICS, SUBSET_METRICS, _isa_html, _isa_markdown,  # noqa: F401
                                                _subset_table, fmt_metric, isa_rows, subset_cells)
-from pipeline.stages.golden import GoldenSplit
-from pipeline.stages.parity import size_cells
+from arrcoc_edge.stages.golden import GoldenSplit
+from arrcoc_edge.stages.parity import size_cells
 
 SHOWN_SAMPLES = ("astronaut/centre", "chelsea/whole", "flower/portrait", "hubble_deep_field/panorama")
 
 
 def outputs_dir(out: Path) -> Path:
-    from pipeline.publishing.folder_state import cache_root
+    from arrcoc_edge.publishing.folder_state import cache_root
 
     return cache_root(out) / "report"
 
@@ -78,7 +78,7 @@ def write_report(out: Path, heldout: GoldenSplit | None, log=print, dest: Path |
     """Render report.html and REPORT.md from the manifest in `dest` (default: OUT's published one);
     both replaced atomically in `dest`. A build passes its new generation folder before the switch.
     heldout None (a merge without the checkpoint at hand): no pictures, and the page says why."""
-    from pipeline.publishing.folder_state import current_generation
+    from arrcoc_edge.publishing.folder_state import current_generation
 
     dest = dest or current_generation(out) or out  # OUT/report.html links into the current generation
     manifest = json.loads((dest / "manifest.json").read_text())
@@ -205,8 +205,8 @@ def preset_weights(folder: Path, manifest: dict, log=print) -> dict | None:
         return None
     import torch
 
-    from pipeline.relevance.checkpoint import load_checkpoint
-    from pipeline.stages.golden import load_photo
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages.golden import load_photo
 
     ckpt = load_checkpoint(path)
     if ckpt.sha256 != manifest["checkpoint"].get("sha256"):

@@ -14,8 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
-from pipeline.errors import OutputDirError
-from pipeline.publishing.folder_state import (
+from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.publishing.folder_state import (
     BENCH,
     CACHE,
     GENERATIONS,
@@ -28,7 +28,7 @@ from pipeline.publishing.folder_state import (
     is_output_folder,
     state_dir,
 )
-from pipeline.publishing.locking import remove_tree, signals_deferred
+from arrcoc_edge.publishing.locking import remove_tree, signals_deferred
 
 
 def prepare_out_dir(out: Path) -> None:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from pipeline.errors import CheckpointError, SettingsError
-from pipeline.relevance.digest import sha256_file  # noqa: F401 - re-exported (the checkpoint's identity)
-from pipeline.relevance.model import ModelConfig, RelevanceModel, build_model, learned_shapes
-from pipeline.relevance.texture_maths import CELL
+from arrcoc_edge.errors import CheckpointError, SettingsError
+from arrcoc_edge.relevance.digest import sha256_file  # noqa: F401 - re-exported (the checkpoint's identity)
+from arrcoc_edge.relevance.model import ModelConfig, RelevanceModel, build_model, learned_shapes
+from arrcoc_edge.relevance.texture_maths import CELL
 
 FORMAT_TAG = "arrcoc-edge/1"
 IGNORED_PREFIXES = ("base_model.",)
@@ -111,7 +111,7 @@ def _read_safetensors(path: Path) -> tuple[dict, ModelConfig, dict]:
     if "arrcoc.config" not in metadata:
         raise CheckpointError(
             f"{path}: .safetensors has no 'arrcoc.config' metadata",
-            "save it with pipeline.relevance.checkpoint.save_checkpoint, or pass the reference .pt state dict",
+            "save it with arrcoc_edge.relevance.checkpoint.save_checkpoint, or pass the reference .pt state dict",
         )
     try:
         config = ModelConfig.from_dict(json.loads(metadata["arrcoc.config"]))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.relevance.signature import (  # noqa: F401 - re-exported: the model's names
+from arrcoc_edge.relevance.signature import (  # noqa: F401 - re-exported: the model's names
     INPUT_NAMES,
     MAX_GRID,
     MAX_SIDE,
@@ -34,7 +34,7 @@ from pipeline.relevance.signature import (  # noqa: F401 - re-exported: the mode
     WAYS_OF_KNOWING,
     ModelConfig,
 )
-from pipeline.relevance.texture_maths import (
+from arrcoc_edge.relevance.texture_maths import (
     _G_MEANS,
     _GX_TAPS,
     _GY_TAPS,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError, MissingExtraError
+from arrcoc_edge.errors import InputError, MissingExtraError
 
 TABLE_KEY_CHECKPOINT = "base_model.model.language_model.embed_tokens.weight"
 TABLE_KEY_SNAPSHOT = "model.language_model.embed_tokens.weight"
@@ -70,7 +70,7 @@ class Table:
 
 
 def _as_tensor(x) -> torch.Tensor:
-    import torch  # in the functions that need it: a published encoder runs on tokenizers alone (pipeline.load)
+    import torch  # in the functions that need it: a published encoder runs on tokenizers alone (arrcoc_edge.load)
 
     return x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
 
@@ -80,7 +80,7 @@ def table_in_checkpoint(path: Path) -> Table | None:
     when the checkpoint does not carry it (ours never does)."""
     if path.suffix.lower() not in (".pt", ".pth"):
         return None
-    from pipeline.relevance.checkpoint import read_state_dict
+    from arrcoc_edge.relevance.checkpoint import read_state_dict
 
     table = read_state_dict(path).get(TABLE_KEY_CHECKPOINT)
     if table is None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipeline.relevance.model import ModelConfig
-from pipeline.relevance.texture_maths import CELL
+from arrcoc_edge.relevance.model import ModelConfig
+from arrcoc_edge.relevance.texture_maths import CELL
 
 _EPS = 1e-8
 

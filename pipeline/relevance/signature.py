@@ -1,6 +1,6 @@
 """The model's signature without torch: its input and output names, the photo sides and grids it
 accepts and its config. What a published model is run with needs only this (predict, load, the
-runtimes' Runners), so `pipeline.load` + onnxruntime never import torch; model.py re-exports it.
+runtimes' Runners), so `arrcoc_edge.load` + onnxruntime never import torch; model.py re-exports it.
 """
 from __future__ import annotations
 

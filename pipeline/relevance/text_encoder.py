@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import MissingExtraError, install_fix
+from arrcoc_edge.errors import MissingExtraError, install_fix
 
 EMBED_DIM = 384
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length (sentence_bert_config.json)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.relevance.signature import CELL  # noqa: F401 - the texture's pixels per cell
+from arrcoc_edge.relevance.signature import CELL  # noqa: F401 - the texture's pixels per cell
 
 # The colour maths below is written in ops that XNNPACK (ExecuTorch) delegates: it takes exp, log,
 # sub, mul and clamp, but no pow with a non-integer exponent and no comparison or `where`, which

@@ -29,26 +29,29 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable
 
-from pipeline import install
-from pipeline.stages import private_cache
+from arrcoc_edge import install
+from arrcoc_edge.stages import private_cache
 
 CACHE_NAME = "conversions"
 INFO = "conversion.json"  # what the conversion returned (the manifest's record of it), beside its files
 OFF_VARIABLE = "ARRCOC_CONVERSION_CACHE"
-_CODE_ROOTS = tuple(install.ROOT / name for name in install.PACKAGES)
+CODE_ROOTS = install.CODE  # folder -> module prefix: the core and the targets
 
 
 @functools.cache
 def code_digest() -> str:
-    """sha256 over this project's own Python modules (pipeline/ and targets/), path and bytes: the
-    same in a checkout and in the package installed from it (whose `bundled/` data folders, the
-    checkout's web/ and mobile/, are not modules of ours)."""
+    """sha256 over this project's own Python modules (pipeline/ and targets/), module name and
+    bytes: the same in a checkout and in the package installed from it (where targets/ sits inside
+    the core's folder, and whose `bundled/` data folders, the checkout's web/ and mobile/, are not
+    modules of ours)."""
     h = hashlib.sha256()
-    for root in _CODE_ROOTS:
+    for root, prefix in CODE_ROOTS.items():
+        nested = [other for other in CODE_ROOTS if other != root and other.is_relative_to(root)]
         for path in sorted(root.rglob("*.py")):
-            if path.relative_to(root).parts[0] == "bundled":
+            parts = path.relative_to(root).parts
+            if parts[0] == "bundled" or any(path.is_relative_to(other) for other in nested):
                 continue
-            h.update(f"\0{root.name}/{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
+            h.update(f"\0{prefix}/{'/'.join(parts)}\0".encode() + path.read_bytes())
     return h.hexdigest()
 
 
@@ -111,14 +114,14 @@ def _forget_old(cache: Path, kind: str, keep: int) -> None:
 def minilm_inputs() -> dict[str, str]:
     """What every all-MiniLM-L6-v2 conversion reads (`inputs`): the snapshot's bytes, hashed once per
     process (88 MB, 0.3 s; a mobile build converts MiniLM up to four times and embeds its sentences)."""
-    from pipeline.relevance.text_encoder import model_dir
+    from arrcoc_edge.relevance.text_encoder import model_dir
 
     return {"minilm": folder_digest(model_dir())}
 
 
 def folder_digest(folder: Path) -> str:
     """sha256 over every file under `folder` (path and bytes), for `inputs`."""
-    from pipeline.relevance.digest import sha256_file
+    from arrcoc_edge.relevance.digest import sha256_file
 
     h = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
-from pipeline.relevance import model as model_module
-from pipeline.relevance.checkpoint import LoadedCheckpoint, sha256_file
-from pipeline.errors import ExportError
-from pipeline.relevance.signature import MAX_BATCH  # noqa: F401 - re-exported
+from arrcoc_edge.relevance import model as model_module
+from arrcoc_edge.relevance.checkpoint import LoadedCheckpoint, sha256_file
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.relevance.signature import MAX_BATCH  # noqa: F401 - re-exported
 
 # An example batch of 1 would specialise the batch dimension to a constant: use 2.
 _EXAMPLE_BATCH = 2
@@ -124,7 +124,7 @@ def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path, log=lambda message: N
     """Return the .pt2 for this checkpoint: the one in `cache_dir` (the out folder's cache), else
     the user's conversion cache's (one export per checkpoint and code on this machine, so every
     build of it records the same program sha256), else a fresh export."""
-    from pipeline.stages.conversion_cache import convert_cached
+    from arrcoc_edge.stages.conversion_cache import convert_cached
 
     key = export_key(ckpt)
     path = cache_dir / f"{key}.pt2"

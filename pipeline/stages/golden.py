@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from pipeline.errors import InputError
-from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
+from arrcoc_edge.errors import InputError
+from arrcoc_edge.relevance.signature import MAX_SIDE, MIN_SIDE, OUTPUT_NAMES, ModelConfig
 
 # Photo name -> loader. Chosen for variety: people, animals, objects, space, microscopy,
 # synthetic colour, a logo with transparency, a street scene, landscapes.
@@ -343,7 +343,7 @@ def build_golden_set(model: torch.nn.Module, cfg: ModelConfig, checkpoint: Path 
     """The golden set. checkpoint/base_model choose the sentence encoder (sentences.encoder_for);
     without a checkpoint path only vectors. calibration_queries: the user's sentences for the
     calibration split instead of sentences.CALIBRATION."""
-    from pipeline.stages import sentences
+    from arrcoc_edge.stages import sentences
 
     encode, how = (None, "no sentences: no checkpoint path given")
     if checkpoint is not None:

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from pipeline.relevance.digest import sha256_file
+from arrcoc_edge.relevance.digest import sha256_file
 
 MANIFEST = "entry.json"
 MANIFEST_MAX_BYTES = 16 << 20

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.errors import InputError, MissingExtraError
+from arrcoc_edge.errors import InputError, MissingExtraError
 
 CALIBRATION = (
     "something blue", "the top left corner", "a face", "what is in the middle?", "the brightest part",
@@ -44,7 +44,7 @@ Encoder = Callable[[list[str]], np.ndarray]
 
 def encoder_for(checkpoint: Path, base_model: Path | None, dim: int) -> tuple[Encoder | None, str]:
     """(texts -> float32 [n, dim], its name), or (None, why there is none for this checkpoint)."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     table = qq.find_table(Path(checkpoint), base_model)
     if table is not None:
@@ -62,7 +62,7 @@ def encoder_for(checkpoint: Path, base_model: Path | None, dim: int) -> tuple[En
         return None, (f"no sentences: the checkpoint takes {dim}-d queries and carries no token table, and no "
                       "--base-model was given, so no query encoder is published for it")
     try:
-        from pipeline.relevance import text_encoder
+        from arrcoc_edge.relevance import text_encoder
 
         text_encoder.model_dir()  # the text extra's weights are there
     except MissingExtraError as exc:
@@ -82,8 +82,8 @@ def cached_minilm_embed(texts: list[str]) -> np.ndarray:
     import json
     import tempfile
 
-    from pipeline.relevance import text_encoder
-    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
+    from arrcoc_edge.relevance import text_encoder
+    from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
 
     def embed(folder: Path) -> dict:
         np.save(folder / "vectors.npy", text_encoder.embed(texts), allow_pickle=False)

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from pipeline.errors import ExportError, MissingExtraError, install_fix
-from pipeline.relevance.signature import OUTPUT_NAMES
-from pipeline.stages.parity import Gate
+from arrcoc_edge.errors import ExportError, MissingExtraError, install_fix
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
+from arrcoc_edge.stages.parity import Gate
 
-if TYPE_CHECKING:  # torch lives behind these: a published model runs without it (pipeline.load)
-    from pipeline.relevance.checkpoint import LoadedCheckpoint
-    from pipeline.stages.export import ExportedProgramFile
-    from pipeline.stages.golden import GoldenSet, GoldenSplit
+if TYPE_CHECKING:  # torch lives behind these: a published model runs without it (arrcoc_edge.load)
+    from arrcoc_edge.relevance.checkpoint import LoadedCheckpoint
+    from arrcoc_edge.stages.export import ExportedProgramFile
+    from arrcoc_edge.stages.golden import GoldenSet, GoldenSplit
 
 Arrays = dict[str, np.ndarray]
 
@@ -152,7 +152,7 @@ class Target:
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
                          model: bytes | None = None) -> Runner | None:
         """Optional: published variant `variant` (its files listed in `entry`, under `out`) loaded in
-        this target's real runtime, for `invoke predict` and `pipeline.load`. None: no runtime for it
+        this target's real runtime, for `invoke predict` and `arrcoc_edge.load`. None: no runtime for it
         in this process. threads: the runtime's intra-op threads (None: its default); a runtime whose
         pool is process-wide and cannot be resized safely (ExecuTorch's XNNPACK) keeps its own.
         model: the variant's first file's bytes, already checked against the manifest's sha256: when
@@ -171,7 +171,7 @@ class Target:
         return None if encoder is None else encoder(text)
 
     def bench_cases(self, out: Path, entry: dict) -> list:
-        """Optional: `pipeline.frontends.bench.BenchCase`s for `invoke bench`, built from this target's
+        """Optional: `arrcoc_edge.frontends.bench.BenchCase`s for `invoke bench`, built from this target's
         published files in `out` (`entry` is its manifest entry). The harness times every
         target's cases side by side, interleaved, on the same real inputs."""
         return []

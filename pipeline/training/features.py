@@ -9,14 +9,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.relevance.model import (
+from arrcoc_edge.relevance.model import (
     RelevanceModel,
     TextureArray,
     information_score,
     minmax_per_sample,
     perspectival_score,
 )
-from pipeline.training import scenes as sc
+from arrcoc_edge.training import scenes as sc
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Features:
 
 def embed_queries(queries: list[str]) -> torch.Tensor:
     """Each distinct query embedded once by the real encoder, then gathered per pair."""
-    from pipeline.relevance.text_encoder import embed
+    from arrcoc_edge.relevance.text_encoder import embed
 
     unique = sorted(set(queries))
     vectors = embed(unique)

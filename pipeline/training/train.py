@@ -52,11 +52,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import CheckpointError
-from pipeline.relevance.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
-from pipeline.relevance.model import WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model
-from pipeline.training import scenes as sc
-from pipeline.training.features import Features, ablated, features, maps_of, pairs_of
+from arrcoc_edge.errors import CheckpointError
+from arrcoc_edge.relevance.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
+from arrcoc_edge.relevance.model import WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model
+from arrcoc_edge.training import scenes as sc
+from arrcoc_edge.training.features import Features, ablated, features, maps_of, pairs_of
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
@@ -324,10 +324,10 @@ def _train(out: Path, recipe: Recipe, log, untrained_path: Path, roots: tuple[Pa
 def check_out(out: Path, untrained_path: Path | None = None, roots: tuple[Path, ...] = ()) -> None:
     """--out may be neither train's input (the starting checkpoint, however named: a link, a hard
     link, /proc/self/fd/N) nor inside an output folder or its state (a publish is replaced only
-    whole, by build): judged by identity (pipeline.publishing.outputs_guard). Checked before training and
+    whole, by build): judged by identity (arrcoc_edge.publishing.outputs_guard). Checked before training and
     again right before the write."""
-    from pipeline.errors import InputError
-    from pipeline.publishing.outputs_guard import folder_holding, input_named
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.publishing.outputs_guard import folder_holding, input_named
 
     untrained_path = untrained_path or UNTRAINED_CHECKPOINT
     if input_named(out, [untrained_path]) is not None:
@@ -458,7 +458,7 @@ def main(out: str | None = None, steps: int | None = None, seed: int | None = No
     """`invoke train`: returns the exit code; typed errors print as one line."""
     import sys
 
-    from pipeline.errors import ArrcocError
+    from arrcoc_edge.errors import ArrcocError
 
     overrides = {name: int(value) for name, value in (("steps", steps), ("seed", seed)) if value is not None}
     try:

@@ -31,14 +31,14 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.errors import GateError
-from pipeline.stages.golden import write_array_bundle
-from pipeline.stages.parity import Gate, parity_metrics
+from arrcoc_edge.errors import GateError
+from arrcoc_edge.stages.golden import write_array_bundle
+from arrcoc_edge.stages.parity import Gate, parity_metrics
 
-from pipeline.stages import private_cache
-from targets.shared import sources as project_files  # (this module has its own sources(): the Kotlin files)
-from targets.shared import tokenizer_cases
-from targets.shared.mobile_contract import pil_upright
+from arrcoc_edge.stages import private_cache
+from arrcoc_edge.targets.shared import sources as project_files  # (this module has its own sources(): the Kotlin files)
+from arrcoc_edge.targets.shared import tokenizer_cases
+from arrcoc_edge.targets.shared.mobile_contract import pil_upright
 
 ANDROID = project_files.MOBILE / "android"
 SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles

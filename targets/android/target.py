@@ -36,15 +36,15 @@ import os
 import shutil
 from pathlib import Path
 
-from pipeline.errors import ExportError, HostCapabilityError, OutputDirError
-from pipeline.stages.golden import write_bundle
-from pipeline.stages.parity import Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant
-from targets import app_encoder
-from targets.android import app as android_app
-from targets.shared import mobile_contract, sources
-from targets.shared.app_folder import copy_to_app
-from targets.shared.mobile_contract import bundle_allowance, write_sample
+from arrcoc_edge.errors import ExportError, HostCapabilityError, OutputDirError
+from arrcoc_edge.stages.golden import write_bundle
+from arrcoc_edge.stages.parity import Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.targets import app_encoder
+from arrcoc_edge.targets.android import app as android_app
+from arrcoc_edge.targets.shared import mobile_contract, sources
+from arrcoc_edge.targets.shared.app_folder import copy_to_app
+from arrcoc_edge.targets.shared.mobile_contract import bundle_allowance, write_sample
 
 ASSETS_FOLDER = "app/src/main/assets"  # Gradle's default assets folder, inside mobile/android
 APP_ASSETS = sources.app_folder(f"android/{ASSETS_FOLDER}")  # None in an installed package
@@ -65,7 +65,7 @@ def app_assets_dir() -> Path | None:
 
 
 def executorch_version() -> str:
-    from targets.executorch import version
+    from arrcoc_edge.targets.executorch import version
 
     return version()
 
@@ -188,14 +188,14 @@ class AndroidTarget(Target):
     def _pte_runners(ctx: BuildContext, data: dict) -> dict:
         """The staged .pte files in ExecuTorch's Python runtime: what the JVM tests compare Kotlin's
         parity numbers on (no ExecuTorch runtime exists for a desktop JVM)."""
-        from targets.executorch import pte_runner
+        from arrcoc_edge.targets.executorch import pte_runner
 
         return {key: pte_runner(ctx.staging / entry["file"], entry["max_batch"]).run
                 for key, entry in data["artifacts"].items()}
 
     def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
         """Every check first, then the copy: a failed check or copy leaves the app's assets alone."""
-        from targets.executorch import check_method_meta
+        from arrcoc_edge.targets.executorch import check_method_meta
 
         check_bundle(data, ctx.staging)
         for entry in data["artifacts"].values():
@@ -221,7 +221,7 @@ class AndroidTarget(Target):
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
-        from targets.executorch import check_method_meta
+        from arrcoc_edge.targets.executorch import check_method_meta
 
         checks = check_bundle(data, ctx.staging)
         upstream = {r.variant.name: r.variant.files[0] for r in ctx.upstream["executorch"].variants}

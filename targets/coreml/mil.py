@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.errors import ExportError
+from arrcoc_edge.errors import ExportError
 
 # MIL.proto DataType names -> NumPy dtypes.
 _DTYPES = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from targets.coreml import mil_weights  # noqa: F401 - registers the weight-decompression ops in OPS
-from targets.coreml.mil import _BLOB_DTYPES, _BLOB_SENTINEL, _DTYPES, OPS, UnsupportedOp
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.targets.coreml import mil_weights  # noqa: F401 - registers the weight-decompression ops in OPS
+from arrcoc_edge.targets.coreml.mil import _BLOB_DTYPES, _BLOB_SENTINEL, _DTYPES, OPS, UnsupportedOp
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from targets.coreml.mil import UnsupportedOp, _scalar, op
+from arrcoc_edge.targets.coreml.mil import UnsupportedOp, _scalar, op
 
 
 @op("constexpr_affine_dequantize")

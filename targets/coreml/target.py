@@ -47,12 +47,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, HostCapabilityError
-from pipeline.relevance.signature import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
-from pipeline.relevance.signature import MAX_BATCH
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant
-from targets.shared import onnx_common
+from arrcoc_edge.errors import ExportError, HostCapabilityError
+from arrcoc_edge.relevance.signature import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
+from arrcoc_edge.relevance.signature import MAX_BATCH
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.targets.shared import onnx_common
 
 DEPLOYMENT_TARGET = "iOS17"
 PACKAGE_NAMES = {"fp32": "model_fp32.mlpackage", "fp16": "model_fp16.mlpackage", "int8": "model_int8w.mlpackage"}
@@ -99,16 +99,16 @@ def coreml_model(model):
     """A copy of the model as CoreML converts it: model.py without the 16G fast path (see
     GENERAL_PROGRAM). PhotoWindows reads any integer-valued photo dtype the same way (CoreML hands
     it float16 bytes); tests/test_coreml.py holds that front end bit for bit to the uint8 one."""
-    from pipeline.stages.export import model_form
+    from arrcoc_edge.stages.export import model_form
 
     return model_form(model, fast_path=False).eval()
 
 
 def coreml_program(ctx: BuildContext):
     """coreml_model exported with the contract's dynamic shapes and a float16 photo (IMAGE_INPUT)."""
-    import torch  # here: the target table is imported by torch-free inference (pipeline.load)
+    import torch  # here: the target table is imported by torch-free inference (arrcoc_edge.load)
 
-    from pipeline.stages.export import dynamic_shapes, example_inputs
+    from arrcoc_edge.stages.export import dynamic_shapes, example_inputs
 
     model = coreml_model(ctx.checkpoint.model)
     image, query = example_inputs(ctx.config)
@@ -245,7 +245,7 @@ def convert_all(ctx: BuildContext, dest: Path) -> None:
     """The fp32, fp16 and int8 packages (PACKAGE_NAMES) in `dest`. The same program, code and
     coremltools convert to the same packages: reused across builds (conversion_cache); the gates
     still run on them."""
-    from pipeline.stages.conversion_cache import convert_cached
+    from arrcoc_edge.stages.conversion_cache import convert_cached
 
     def convert_into(folder: Path) -> dict:
         fp32 = convert(ctx, "fp32")
@@ -304,7 +304,7 @@ class CoremlTarget(Target):
 
     @staticmethod
     def _info(package: Path, variant: str) -> dict:
-        from targets.coreml.mil_program import MilProgram
+        from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
         program = MilProgram(package)
         return {
@@ -327,7 +327,7 @@ class CoremlTarget(Target):
         }
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
-        from targets.coreml.mil_program import MilProgram
+        from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
         package = ctx.staging / variant.info["package"]
         with quiet():
@@ -386,7 +386,7 @@ def mil_runner(package: Path) -> Runner:
     """The NumPy MIL evaluator: a reference check of the converted program, not CoreML itself."""
     import coremltools as ct
 
-    from targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
 
     with quiet():
         program = MilProgram(package)

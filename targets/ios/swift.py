@@ -24,8 +24,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from pipeline import subproc
-from pipeline.errors import GateError
+from arrcoc_edge import subproc
+from arrcoc_edge.errors import GateError
 
 CHROOT = Path(os.environ.get("ARRCOC_SWIFT_CHROOT", "/var/cache/arrcoc-edge/swift-trixie"))
 READY_MARKER = ".arrcoc-swift-ready"  # written last by scripts/setup.d/50-swift-trixie.sh
@@ -204,7 +204,7 @@ class SwiftBuilds:
         self.key = h.hexdigest()[:32]
 
     def _usable(self) -> bool:
-        from pipeline.stages.private_cache import private_dir_problem
+        from arrcoc_edge.stages.private_cache import private_dir_problem
 
         if self.root is None:
             return False

@@ -26,17 +26,17 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline.errors import ExportError, HostCapabilityError, OutputDirError
-from pipeline.relevance.signature import MAX_BATCH
-from pipeline.stages.golden import write_bundle
-from pipeline.stages.parity import Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant
-from targets.coreml.target import IMAGE_INPUT, mil_runner, mlmodel_runner
-from targets.ios import app as ios_app
-from targets.ios import encoder as ios_encoder
-from targets.shared import mobile_contract, sources
-from targets.shared.app_folder import copy_to_app
-from targets.shared.mobile_contract import bundle_allowance, tree_bytes, tree_sha256, write_sample
+from arrcoc_edge.errors import ExportError, HostCapabilityError, OutputDirError
+from arrcoc_edge.relevance.signature import MAX_BATCH
+from arrcoc_edge.stages.golden import write_bundle
+from arrcoc_edge.stages.parity import Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.targets.coreml.target import IMAGE_INPUT, mil_runner, mlmodel_runner
+from arrcoc_edge.targets.ios import app as ios_app
+from arrcoc_edge.targets.ios import encoder as ios_encoder
+from arrcoc_edge.targets.shared import mobile_contract, sources
+from arrcoc_edge.targets.shared.app_folder import copy_to_app
+from arrcoc_edge.targets.shared.mobile_contract import bundle_allowance, tree_bytes, tree_sha256, write_sample
 
 APP_RESOURCES = sources.app_folder("ios/ArrcocDemo/Resources")  # None in an installed package
 NO_APP_FOLDER = ("not copied into an app (an installed package has no sample app): copy the published ios/ "

@@ -19,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline import subproc
-from pipeline.errors import ExportError
+from arrcoc_edge import subproc
+from arrcoc_edge.errors import ExportError
 
 OPTIMIZATION_LEVEL = "extended"
 TARGET_PLATFORM = "arm"

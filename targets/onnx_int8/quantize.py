@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, InputError
-from pipeline.stages.golden import (
+from arrcoc_edge.errors import ExportError, InputError
+from arrcoc_edge.stages.golden import (
     MIN_CALIBRATION,
     QUERY_SEED,
     GoldenSplit,
@@ -19,10 +19,10 @@ from pipeline.stages.golden import (
     reference_outputs,
     seeded_queries,
 )
-from pipeline.stages.parity import LOSSY, Gate, kb, parity_metrics, size_rule
-from pipeline.stages.target import BuildContext
-from targets.onnx_int8 import ort_mobile
-from targets.shared import onnx_common
+from arrcoc_edge.stages.parity import LOSSY, Gate, kb, parity_metrics, size_rule
+from arrcoc_edge.stages.target import BuildContext
+from arrcoc_edge.targets.onnx_int8 import ort_mobile
+from arrcoc_edge.targets.shared import onnx_common
 
 SIZE_RATIO = 0.35  # INT8 model bytes vs the FP32 ONNX artifact (both metadata-stripped)
 CALIBRATION_METHOD = "MinMax"
@@ -296,7 +296,7 @@ def quantized_summary(fp32, quantized) -> dict:
 
 def measure(path: Path, split: GoldenSplit, tie_tolerance: float) -> dict:
     """Parity of a model on a split (the calibration split during selection), in onnxruntime."""
-    from pipeline.stages.target import run_split
+    from arrcoc_edge.stages.target import run_split
 
     runner = onnx_common.ort_runner(path)
     got = run_split(runner, split)

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, GateError
-from pipeline.stages.golden import GoldenSplit
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
-from targets.onnx_int8 import ort_mobile
-from targets.onnx_int8.quantize import (
+from arrcoc_edge.errors import ExportError, GateError
+from arrcoc_edge.stages.golden import GoldenSplit
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.targets.onnx_int8 import ort_mobile
+from arrcoc_edge.targets.onnx_int8.quantize import (
     CALIBRATION_METHOD,
     CHOICE_RULE,
     REPRODUCIBILITY,
@@ -37,7 +37,7 @@ from targets.onnx_int8.quantize import (
     select,
     user_calibration_split,
 )
-from targets.shared import arm64, onnx_common
+from arrcoc_edge.targets.shared import arm64, onnx_common
 
 # ---------------------------------------------------------------- the target
 
@@ -239,7 +239,7 @@ def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
 
 def other_form_fp32(ctx: BuildContext, form: str) -> Path:
     """The FP32 ONNX model of the checkpoint with the other participatory form (same weights)."""
-    from pipeline.stages.export import export_form
+    from arrcoc_edge.stages.export import export_form
 
     scratch = ctx.staging / ".candidates"
     scratch.mkdir(exist_ok=True)

@@ -41,8 +41,8 @@ import secrets
 import stat
 from pathlib import Path
 
-from pipeline.errors import OutputDirError
-from pipeline.relevance.digest import sha256_file
+from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.relevance.digest import sha256_file
 
 RECORD = ".arrcoc-edge-files.json"
 RECORD_VERSION = 1

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import subproc
-from pipeline.errors import GateError, HostCapabilityError
-from pipeline.stages.target import Runner
+from arrcoc_edge import subproc
+from arrcoc_edge.errors import GateError, HostCapabilityError
+from arrcoc_edge.stages.target import Runner
 
 ISA = "aarch64 (emulated)"
 # The qemu CPU models each model is checked on. onnxruntime's MLAS picks its int8 GEMM by the CPU's

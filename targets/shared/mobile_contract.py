@@ -7,7 +7,7 @@ twice. Shared by the `android` and `ios` targets.
 API:
   preset_queries(cfg, sentences=PRESET_SENTENCES) -> dict
       {"source", "items": [{"text", "embedding"}], "note"}; real all-MiniLM-L6-v2 embeddings
-      from pipeline.relevance.text_encoder when it is installed and its width matches cfg.query_dim,
+      from arrcoc_edge.relevance.text_encoder when it is installed and its width matches cfg.query_dim,
       otherwise NO presets and a note saying why (never random vectors).
   contract(cfg, artifacts, presets=None, golden=None) -> dict
       artifacts: {key: {"path": Path, "runtime": str, "variant": str, "topk_dtype": "int64",
@@ -34,10 +34,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from pipeline.errors import ExportError
-from pipeline.relevance.digest import sha256_file
-from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
-from pipeline.stages.golden import BUNDLE_WHOLE, bundle_samples
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.relevance.digest import sha256_file
+from arrcoc_edge.relevance.signature import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
+from arrcoc_edge.stages.golden import BUNDLE_WHOLE, bundle_samples
 
 CONTRACT_VERSION = 1
 CONTRACT_FILE = "contract.json"
@@ -45,7 +45,7 @@ SAMPLE_IMAGE = "sample.png"
 # The golden sample SAMPLE_IMAGE holds (a lossless PNG of it): the apps' on-device tests decode the
 # PNG with the app's own code and compare the bytes with this sample's image in the golden bundle.
 SAMPLE_GOLDEN = BUNDLE_WHOLE
-GOLDEN_FILES = {"json": "golden.json", "bin": "golden.bin"}  # names pipeline.stages.golden.write_bundle writes
+GOLDEN_FILES = {"json": "golden.json", "bin": "golden.bin"}  # names arrcoc_edge.stages.golden.write_bundle writes
 
 # Preset queries the sample apps offer: what the shipped checkpoint answers on real photos, position,
 # strong colours and the open queries (docs/model.md), as the page's presets; never object names.
@@ -61,7 +61,7 @@ PRESET_SENTENCES = (
 )
 
 # How the apps turn a photo into the `image` tensor: they do not. The artifact takes the photo as
-# decoded and does the reference's resize itself (pipeline/relevance/model.py); mirrors pipeline.stages.golden.load_photo.
+# decoded and does the reference's resize itself (pipeline/relevance/model.py); mirrors arrcoc_edge.stages.golden.load_photo.
 PREPROCESSING = {
     "input": "the photo as decoded: uint8 [1,H,W,3], RGB, HWC, rows top to bottom",
     "orientation": "apply EXIF orientation first (the pixels as the photo is shown upright)",
@@ -110,11 +110,11 @@ def preset_queries(cfg: ModelConfig, sentences=PRESET_SENTENCES, fallback_split=
     checkpoint's, the golden queries of `fallback_split` (or none), with the reason."""
     try:
         # Imported lazily: the text encoder is another optional extra.
-        from pipeline.relevance import text_encoder
+        from arrcoc_edge.relevance import text_encoder
     except ImportError as exc:
-        return {"source": None, "items": [], "note": f"no presets: pipeline.relevance.text_encoder unavailable ({exc})"}
+        return {"source": None, "items": [], "note": f"no presets: arrcoc_edge.relevance.text_encoder unavailable ({exc})"}
     try:
-        from pipeline.stages.sentences import cached_minilm_embed
+        from arrcoc_edge.stages.sentences import cached_minilm_embed
 
         vectors = cached_minilm_embed(list(sentences))
     except Exception as exc:  # noqa: BLE001 - a missing model/extra must not fail the mobile build
@@ -133,7 +133,7 @@ def encoded_presets(cfg: ModelConfig, checkpoint: Path, base_model: Path | None,
                     sentences=PRESET_SENTENCES) -> dict | None:
     """The preset sentences through arr-coc-0-1's own query encoder (exact: bf16 token-embedding
     mean), when the checkpoint or --base-model carries the table; None when neither does."""
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     table = qq.find_table(checkpoint, base_model)
     if table is None:
@@ -281,7 +281,7 @@ def check_typed_text_files(data: dict, folder: Path) -> list[str]:
 
 def bundle_allowance(cfg, split, crops: int = 2) -> int:
     """Bytes for what the app carries besides its models, computed from the golden split the bundle
-    is written from (pipeline.stages.golden.bundle_samples): the uint8 photos as stored ([1,H,W,3], 1 byte
+    is written from (arrcoc_edge.stages.golden.bundle_samples): the uint8 photos as stored ([1,H,W,3], 1 byte
     a value: 2 crops of 16G x 16G and the whole 451 x 300 photo), each sample's float32 query,
     relevance and weights and int64 indices; the sample photo (lossless PNG of the whole photo, at
     most its raw bytes plus PNG framing); and 256 KB for golden.json and contract.json."""
@@ -293,7 +293,7 @@ def bundle_allowance(cfg, split, crops: int = 2) -> int:
 
 
 def write_sample(ctx, folder: Path) -> Path:
-    """The golden set's whole non-square photo (pipeline.stages.golden.BUNDLE_WHOLE, 451 x 300) at its own
+    """The golden set's whole non-square photo (arrcoc_edge.stages.golden.BUNDLE_WHOLE, 451 x 300) at its own
     size, lossless, for the apps' 'bundled sample' button: what a user's photo looks like to them."""
     from PIL import Image
 
@@ -305,7 +305,7 @@ def write_sample(ctx, folder: Path) -> Path:
 
 def pil_upright(orientation: int, stored):
     """PIL's ImageOps.exif_transpose of `stored` tagged with an EXIF orientation, as
-    pipeline.stages.golden.load_photo applies it: what both apps' EXIF re-index is tested against."""
+    arrcoc_edge.stages.golden.load_photo applies it: what both apps' EXIF re-index is tested against."""
     import io
 
     import numpy as np

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.relevance.signature import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
-from pipeline.stages.target import Runner
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.relevance.signature import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
+from arrcoc_edge.stages.target import Runner
 
 _ONNX_DTYPES = {"image": "tensor(uint8)", "query": "tensor(float)", "relevance": "tensor(float)",
                 "topk_indices": "tensor(int64)", "weights": "tensor(float)"}
@@ -77,7 +77,7 @@ def export_onnx(program, cfg: ModelConfig, path: Path, log) -> Path:
     import torch
     from torch.export import Dim
 
-    from pipeline.stages.export import dynamic_shapes, example_inputs
+    from arrcoc_edge.stages.export import dynamic_shapes, example_inputs
 
     captured = io.StringIO()
     try:
@@ -116,8 +116,8 @@ def export_onnx_cached(make_program, inputs: dict[str, str], cfg: ModelConfig, p
     the conversion cache (pipeline/stages/conversion_cache.py): `inputs` names the program (its
     export key, and the form when it is not the exported program's). The exporter takes 7-10 s of
     an onnx build; every check of the file still runs on the copy."""
-    from pipeline.stages.conversion_cache import convert_cached
-    from pipeline.stages.target import expect_file
+    from arrcoc_edge.stages.conversion_cache import convert_cached
+    from arrcoc_edge.stages.target import expect_file
 
     def convert(folder: Path) -> dict:
         export_onnx(make_program(), cfg, folder / path.name, log)
@@ -235,7 +235,7 @@ def ort_bench_cases(out: Path, entry: dict, variants: tuple[str, ...], baselines
     thread count, each a callable taking the input dict (the harness times them side by side).
     baselines: variant -> the FP32 variant it is compared with (its info's speed_note explains
     why it can be slower)."""
-    from pipeline.stages.target import BenchCase
+    from arrcoc_edge.stages.target import BenchCase
 
     label = lambda name, threads: f"onnxruntime {name}" + (" (1 thread)" if threads == 1 else " (default threads)")  # noqa: E731
     cases = []

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.install import CHECKOUT, ROOT, project_folder
+from arrcoc_edge.install import CHECKOUT, ROOT, TARGETS, project_folder
 
-TARGETS = Path(__file__).resolve().parents[1]
 MOBILE = project_folder("mobile", TARGETS)
 WEB = project_folder("web", TARGETS)
 TOOLS = ROOT / "tools" if CHECKOUT else None

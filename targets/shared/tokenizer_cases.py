@@ -16,10 +16,10 @@ import random
 import shutil
 from pathlib import Path
 
-from targets.shared.sources import CORPUS
+from arrcoc_edge.targets.shared.sources import CORPUS
 
 SEED = 38
-WORDPIECE_MAX_LENGTH = 256  # pipeline.relevance.text_encoder.MAX_TOKENS, all-MiniLM-L6-v2's max_seq_length
+WORDPIECE_MAX_LENGTH = 256  # arrcoc_edge.relevance.text_encoder.MAX_TOKENS, all-MiniLM-L6-v2's max_seq_length
 # where random characters come from: every script block the corpus covers, ASCII, and anything
 _POOLS = [(0x20, 0x7E), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x52F), (0x590, 0x6FF), (0x900, 0xDFF),
           (0xE00, 0xEFF), (0x1100, 0x11FF), (0x1E00, 0x1FFF), (0x2000, 0x206F), (0x2E80, 0x2FDF), (0x3000, 0x30FF),
@@ -57,13 +57,13 @@ def sources() -> tuple[list[tuple[str, Path, int | None, str]], list[str]]:
     """([(name, tokenizer.json, max length, kind)], [why a tokenizer is missing]) for the two the project ships."""
     found, missing = [], []
     try:
-        from pipeline.relevance import text_encoder
+        from arrcoc_edge.relevance import text_encoder
 
         found.append(("all-MiniLM-L6-v2", text_encoder.model_dir() / "tokenizer.json", WORDPIECE_MAX_LENGTH, "wordpiece"))
     except Exception as exc:  # noqa: BLE001 - the text extra is optional; the reason is recorded
         missing.append(f"all-MiniLM-L6-v2: {exc}")
     try:
-        from pipeline.relevance import qwen_query
+        from arrcoc_edge.relevance import qwen_query
 
         found.append(("Qwen3", qwen_query.tokenizer_file(None)[0], None, "bpe-bytelevel"))
     except Exception as exc:  # noqa: BLE001 - web/node_modules is optional; the reason is recorded

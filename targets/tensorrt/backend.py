@@ -12,7 +12,7 @@ Facts this relies on (checked with tensorrt-rtx-cu13 1.7.1.116, see TOOLCHAIN.md
   TensorRT-RTX"); full TensorRT keeps and reuses one.
 - Deserialising a plan needs a CUDA driver, on both backends.
 
-This module imports only numpy and pipeline.errors at load time, so scripts/gpu_check.py can use it
+This module imports only numpy and arrcoc_edge.errors at load time, so scripts/gpu_check.py can use it
 on a GPU machine that lacks the rest of the project's dependencies.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
+from arrcoc_edge.errors import ExportError, HostCapabilityError, MissingExtraError
 
 # (module, display name, is RTX): full TensorRT first, it is the one data-centre GPUs and Jetson run.
 _MODULES = (("tensorrt", "TensorRT", False), ("tensorrt_rtx_bindings", "TensorRT-RTX", True))

@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from pipeline.errors import ExportError
-from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
-from targets.shared import onnx_common
-from targets.tensorrt import backend as trt_backend
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.relevance.signature import MAX_SIDE, MIN_SIDE
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.tensorrt import backend as trt_backend
 
 MiB = 1024 * 1024
 # TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
@@ -145,7 +145,7 @@ def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, st
     """Re-quantise with zero-point-0 activations: onnx-int8's chosen candidate first, then the
     others, each measured on the calibration split (as onnx-int8 selects); the first that passes
     the INT8 gate there is held to it on the held-out split in onnxruntime before any plan is built."""
-    from targets.onnx_int8 import quantize
+    from arrcoc_edge.targets.onnx_int8 import quantize
 
     chosen = quant_info["candidate"]
     order = sorted(quantize.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.stages.target import expect_file
-from targets.shared import onnx_common
-from targets.text_encoder.published import OUTPUT
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.stages.target import expect_file
+from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.text_encoder.published import OUTPUT
 
 INPUTS = ("input_ids", "attention_mask")
 
@@ -23,7 +23,7 @@ class _Encoder:
         import torch
         import torch.nn.functional as F
 
-        from pipeline.relevance.text_encoder import sentence_model
+        from arrcoc_edge.relevance.text_encoder import sentence_model
 
         bert = sentence_model()[0].auto_model
 
@@ -50,7 +50,7 @@ def export_fp32(path: Path, log) -> Path:
     import torch
     from torch.export import Dim
 
-    from pipeline.relevance.text_encoder import MAX_TOKENS, tokenize
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS, tokenize
 
     example = {k: torch.from_numpy(v) for k, v in tokenize(["a red circle", "the cat"]).items()}
     batch, tokens = Dim("batch", min=1, max=1024), Dim("tokens", min=2, max=MAX_TOKENS)
@@ -75,7 +75,7 @@ def export_fp32(path: Path, log) -> Path:
 def convert_minilm_onnx(dest: Path, log) -> tuple[Path, Path]:
     """text_encoder.onnx and text_encoder.int8.onnx in `dest`. They depend on the MiniLM snapshot,
     not on the checkpoint: converted once per snapshot, tools and code (conversion_cache)."""
-    from pipeline.stages.conversion_cache import convert_cached, minilm_inputs
+    from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:
         quantize_int8(export_fp32(folder / "text_encoder.onnx", log), folder / "text_encoder.int8.onnx", log)

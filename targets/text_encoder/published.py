@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from targets.shared import onnx_common
+from arrcoc_edge.targets.shared import onnx_common
 
 OUTPUT = "sentence_embedding"  # "embedding" collides with a node name inside the exported BERT
 QWEN_KIND = "qwen-token-mean"
@@ -26,8 +26,8 @@ class PublishedEncoder:
     def __init__(self, kind: str, model: Path | bytes, tokenizer_json: Path | bytes, name: str = "tokenizer.json"):
         """model, tokenizer_json: the files, or their bytes as load() checked them against the
         manifest (what is run is then what was checked; `name` labels the bytes in messages)."""
-        from pipeline.relevance import qwen_query as qq
-        from pipeline.relevance.text_encoder import MAX_TOKENS
+        from arrcoc_edge.relevance import qwen_query as qq
+        from arrcoc_edge.relevance.text_encoder import MAX_TOKENS
 
         self.kind = kind
         if isinstance(tokenizer_json, bytes):  # a broken file: InputError naming it
@@ -40,12 +40,12 @@ class PublishedEncoder:
         self.session = onnx_common.ort_session(model)
 
     def __call__(self, text: str) -> np.ndarray:
-        from pipeline.errors import InputError
+        from arrcoc_edge.errors import InputError
 
         if self.session is None:
-            raise InputError("this query encoder was closed", "load the folder again (pipeline.load)")
+            raise InputError("this query encoder was closed", "load the folder again (arrcoc_edge.load)")
         if self.kind == QWEN_KIND:
-            from pipeline.relevance import qwen_query as qq
+            from arrcoc_edge.relevance import qwen_query as qq
 
             ids = qq.token_ids(self.tokenizer, text)
             if not ids:

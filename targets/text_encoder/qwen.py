@@ -59,7 +59,7 @@ def query_maps(model) -> np.ndarray:
 
 
 def design(table, rows: int, maps: np.ndarray, extra: int, seed: int = 0) -> TokenMeanForm:
-    """The form for the first `rows` rows of `table` (pipeline.relevance.qwen_query.Table)."""
+    """The form for the first `rows` rows of `table` (arrcoc_edge.relevance.qwen_query.Table)."""
     _, s, vt = np.linalg.svd(maps, full_matrices=False)
     span = vt[s > s[0] * 1e-9]  # [r, D]
     basis = span
@@ -120,7 +120,7 @@ def export_onnx(form: TokenMeanForm, path: Path) -> Path:
     import onnx
     from torch.export import Dim
 
-    from targets.shared import onnx_common
+    from arrcoc_edge.targets.shared import onnx_common
 
     example = torch.tensor([9064, 374, 279, 10525, 30], dtype=torch.long)
     with contextlib.redirect_stdout(io.StringIO()), onnx_common.quiet_torch_onnx():
@@ -148,7 +148,7 @@ NORM_REL_MAX = 0.02  # |q'| / |q| - 1 over the corpus, for choosing among the fo
 
 def corpus(tokenizer, sentences) -> tuple[list[str], list[list[int]]]:
     """The gate's queries with their ids; texts with no tokens (empty) are not queries."""
-    from pipeline.relevance.qwen_query import token_ids
+    from arrcoc_edge.relevance.qwen_query import token_ids
 
     texts = [s for s in (*sentences, *QUESTIONS) if token_ids(tokenizer, s)]
     return texts, [token_ids(tokenizer, s) for s in texts]
@@ -170,7 +170,7 @@ def exact_on_photos(model, photos: list[np.ndarray], exact: np.ndarray) -> list[
 def topk_on_photos(model, references: list[tuple], shipped: np.ndarray, tie: float) -> dict:
     """Top-K of every (photo, query) pair with the shipped queries against the exact ones
     (`references`: exact_on_photos)."""
-    from pipeline.stages.parity import topk_overlap
+    from arrcoc_edge.stages.parity import topk_overlap
 
     overlaps = []
     with torch.no_grad():

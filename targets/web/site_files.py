@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import MissingExtraError
-from pipeline.relevance.signature import OUTPUT_NAMES
-from pipeline.stages.golden import bundle_samples, write_array_bundle
-from pipeline.stages.target import BuildContext
-from targets.shared import onnx_common, sources
-from targets.web.text_checks import python_qwen_embed, python_token_ids
+from arrcoc_edge.errors import MissingExtraError
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
+from arrcoc_edge.stages.golden import bundle_samples, write_array_bundle
+from arrcoc_edge.stages.target import BuildContext
+from arrcoc_edge.targets.shared import onnx_common, sources
+from arrcoc_edge.targets.web.text_checks import python_qwen_embed, python_token_ids
 
 # web/ in a checkout; in an installed package the wheel's copy (setup.py), where `npm ci` installs node_modules
 SOURCES = sources.WEB
@@ -75,8 +75,8 @@ def upstream_model(ctx: BuildContext, stage_name: str) -> Path | None:
 
 def text_encoder_page(kind: str) -> dict:
     """What the page needs to run an encoder of this kind (config.json text_encoder, less sizes)."""
-    from pipeline.relevance.text_encoder import MAX_TOKENS
-    from targets.text_encoder import target as te
+    from arrcoc_edge.relevance.text_encoder import MAX_TOKENS
+    from arrcoc_edge.targets.text_encoder import target as te
 
     if kind == te.QWEN_KIND:
         return {"kind": kind, "name": "arr-coc-0-1 query encoder (Qwen3-VL token-embedding mean, onnxruntime-web)",
@@ -111,7 +111,7 @@ def write_samples(site: Path) -> list[dict]:
     """Whole photos (shipped in scikit-image) at their own sizes, as PNG, for the sample buttons."""
     from PIL import Image
 
-    from pipeline.stages.golden import _photo, to_rgb_uint8
+    from arrcoc_edge.stages.golden import _photo, to_rgb_uint8
 
     (site / "samples").mkdir()
     samples = []
@@ -129,10 +129,10 @@ def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
     onnxruntime on the same query_encoder.onnx, Python's token ids), else from a real sentence
     encoder (all-MiniLM-L6-v2, 384-d), or, for a checkpoint of another query width, the golden set's
     queries with a note the page shows."""
-    from pipeline.relevance import text_encoder
-    from pipeline.stages.sentences import cached_minilm_embed
-    from targets.shared.mobile_contract import golden_presets
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.relevance import text_encoder
+    from arrcoc_edge.stages.sentences import cached_minilm_embed
+    from arrcoc_edge.targets.shared.mobile_contract import golden_presets
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     if text is not None and text["kind"] == QWEN_KIND:
         emb = python_qwen_embed(text["model"], python_token_ids(text, list(PRESET_QUERIES)))

@@ -37,15 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ExportError, HostCapabilityError, MissingExtraError
-from pipeline.relevance.signature import MAX_SIDE, MIN_SIDE
-from pipeline.stages.parity import LOSSLESS, LOSSY, Gate
-from pipeline.stages.target import BuildContext, Runner, Target, Variant
-from targets.shared import onnx_common
-from targets.text_encoder.target import upstream_text_encoder
-from targets.web.chromium import PageSession
-from targets.web.decode_gap import measure_decode_gap
-from targets.web.site_files import (
+from arrcoc_edge.errors import ExportError, HostCapabilityError, MissingExtraError
+from arrcoc_edge.relevance.signature import MAX_SIDE, MIN_SIDE
+from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
+from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.text_encoder.target import upstream_text_encoder
+from arrcoc_edge.targets.web.chromium import PageSession
+from arrcoc_edge.targets.web.decode_gap import measure_decode_gap
+from arrcoc_edge.targets.web.site_files import (
     PAGE_FILES,
     TOKENIZERS_FILES,
     VENDORED,
@@ -61,7 +61,7 @@ from targets.web.site_files import (
     write_samples,
     write_selfcheck,
 )
-from targets.web.text_checks import measure_text_in_browser, text_gate, token_check_strings
+from arrcoc_edge.targets.web.text_checks import measure_text_in_browser, text_gate, token_check_strings
 
 # The vendored WASM is ~14 MB and the INT8 text encoder ~23.6 MB; the rest is < 2 MB.
 SITE_BUDGET = 48 * 1024 * 1024
@@ -90,7 +90,7 @@ def fp32_gate(budget: int = SITE_BUDGET) -> Gate:
 def site_budget(text: dict | None) -> int:
     """SITE_BUDGET with MiniLM or no encoder; with arr-coc-0-1's, the rest of the site plus the budget
     the text-encoder stage held its files to (they grow with the checkpoint's query width)."""
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     if text is not None and text["kind"] == QWEN_KIND:
         return SITE_BUDGET_WITHOUT_ENCODER + int(text["budget"])
@@ -99,7 +99,7 @@ def site_budget(text: dict | None) -> int:
 
 def text_info(text: dict) -> dict:
     """The manifest's record of the page's free-text path (the measured parts are added later)."""
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     page = text_encoder_page(text["kind"])
     library = f"@huggingface/tokenizers {npm_version('@huggingface/tokenizers')}"
@@ -110,15 +110,15 @@ def text_info(text: dict) -> dict:
                          f"({' + '.join(str(p) for p in parts)}) and tokenizer_config.json in the page",
             "check_strings": len(token_check_strings())}
     if text["kind"] == QWEN_KIND:
-        return {**info, "ids": "the raw text's, no special tokens, no truncation (pipeline.relevance.qwen_query.token_ids)",
-                "reference": "pipeline.relevance.qwen_query.token_ids on the same tokenizer.json; Python onnxruntime on the same "
+        return {**info, "ids": "the raw text's, no special tokens, no truncation (arrcoc_edge.relevance.qwen_query.token_ids)",
+                "reference": "arrcoc_edge.relevance.qwen_query.token_ids on the same tokenizer.json; Python onnxruntime on the same "
                              "query_encoder.onnx"}
     return {**info, "ids": f"[CLS] text [SEP], cut to {page['max_length']} ids as transformers cuts (in app.js: "
                            "the library does not truncate)",
             "normalizer_repair": "BertNormalizer's lowercasing (per character: a final capital sigma) and CJK "
                                  "spacing (per code point: ideographs outside the BMP) as the Rust crate does them "
                                  f"(app.js asRustCrate); {library} differs there",
-            "reference": "pipeline.relevance.text_encoder.tokenize / embed (Python)"}
+            "reference": "arrcoc_edge.relevance.text_encoder.tokenize / embed (Python)"}
 
 
 def int8_gate(budget: int) -> Gate:
@@ -297,7 +297,7 @@ class WebTarget(Target):
         so the Playwright round trip is not counted; the page load is timed by the page too."""
         import atexit
 
-        from pipeline.stages.target import BenchCase
+        from arrcoc_edge.stages.target import BenchCase
 
         site = out / self.name
         cases = []

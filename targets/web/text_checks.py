@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stages.parity import Gate
-from targets.shared import onnx_common
-from targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
-from targets.web.chromium import PageSession
+from arrcoc_edge.stages.parity import Gate
+from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.text_encoder.target import QWEN_BROWSER_COSINE_MIN, QWEN_BROWSER_REL_MAX
+from arrcoc_edge.targets.web.chromium import PageSession
 
 # Free-text queries: the text-encoder stage's INT8 variant, held in the browser to that variant's
 # own gate against the Python sentence encoder, and the tokenizer held to exact equality.
@@ -51,7 +51,7 @@ SWEEP = [*range(0x0, 0xD800), *range(0xE000, 0x32400), *range(0xE0000, 0xE01F0),
 
 def text_gate(base: Gate, kind: str) -> Gate:
     """The site's gate plus the free-text query path, measured in the browser at build time."""
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     if kind == QWEN_KIND:
         return Gate({**base.maxima, "text_token_mismatches": 0, "text_embedding_rel_err_max": QWEN_BROWSER_REL_MAX},
@@ -61,11 +61,11 @@ def text_gate(base: Gate, kind: str) -> Gate:
 
 
 def python_token_ids(text: dict, strings: list[str]) -> list[list[int]]:
-    """Python's ids for the shipped encoder: pipeline.relevance.text_encoder.tokenize (MiniLM: [CLS]/[SEP],
-    cut at 256) or pipeline.relevance.qwen_query.token_ids on the shipped tokenizer.json (raw text)."""
-    from pipeline.relevance import qwen_query as qq
-    from pipeline.relevance.text_encoder import tokenize
-    from targets.text_encoder.target import QWEN_KIND
+    """Python's ids for the shipped encoder: arrcoc_edge.relevance.text_encoder.tokenize (MiniLM: [CLS]/[SEP],
+    cut at 256) or arrcoc_edge.relevance.qwen_query.token_ids on the shipped tokenizer.json (raw text)."""
+    from arrcoc_edge.relevance import qwen_query as qq
+    from arrcoc_edge.relevance.text_encoder import tokenize
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     if text["kind"] == QWEN_KIND:
         tokenizer = qq.load_tokenizer(Path(text["tokenizer_json"]))
@@ -75,7 +75,7 @@ def python_token_ids(text: dict, strings: list[str]) -> list[list[int]]:
 
 def python_qwen_embed(model: Path, ids: list[list[int]]) -> np.ndarray:
     """Python onnxruntime on query_encoder.onnx, one query per run as the page runs it."""
-    from targets.text_encoder.target import qwen_embed
+    from arrcoc_edge.targets.text_encoder.target import qwen_embed
 
     return qwen_embed(onnx_common.ort_session(model), ids).astype(np.float32)
 
@@ -85,10 +85,10 @@ def measure_text_in_browser(session: "PageSession", text: dict, log) -> tuple[di
 
     Token ids: the page (@huggingface/tokenizers on the shipped tokenizer.json) vs python_token_ids
     on every string of token_check_strings(), exact. Embeddings: MiniLM one run per string and in
-    padded batches of 8 vs pipeline.relevance.text_encoder.embed (cosine); arr-coc-0-1's encoder on every
+    padded batches of 8 vs arrcoc_edge.relevance.text_encoder.embed (cosine); arr-coc-0-1's encoder on every
     string with tokens vs Python onnxruntime on the same file. Info: the page's time per query
     (tokenize + encode, batch 1) and the code-point sweep."""
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     strings = token_check_strings()
     got_ids = session.page.evaluate("(t) => window.arrcoc.tokenize(t)", strings)
@@ -124,7 +124,7 @@ def _page_embeddings(session: "PageSession", strings: list[str], batch: int = 1)
 
 
 def _minilm_embeddings_in_browser(session: "PageSession", strings: list[str]) -> tuple[dict, dict]:
-    from pipeline.stages.sentences import cached_minilm_embed as embed
+    from arrcoc_edge.stages.sentences import cached_minilm_embed as embed
 
     single, timing = _page_embeddings(session, strings, 1)
     batched, _ = _page_embeddings(session, strings, 8)
@@ -162,7 +162,7 @@ def code_point_sweep(session: "PageSession", text: dict, log) -> dict:
     (and the corpus, which the gate holds exact, keeps to characters both know)."""
     import tokenizers
 
-    from targets.text_encoder.target import QWEN_KIND
+    from arrcoc_edge.targets.text_encoder.target import QWEN_KIND
 
     strings = ["a" + chr(c) + "b" for c in SWEEP]
     packed = session.page.evaluate("(t) => window.arrcoc.tokenizePacked(t)", strings)
@@ -195,7 +195,7 @@ def _hex_ranges(code_points: list[int]) -> list[str]:
 
 def token_check_strings() -> list[str]:
     """The corpus both tokenizers are held to, exactly: the encoder's SENTENCES, TOKEN_EXTRA, LONG_TEXT."""
-    from targets.text_encoder.target import SENTENCES
+    from arrcoc_edge.targets.text_encoder.target import SENTENCES
 
     return [*SENTENCES, *TOKEN_EXTRA, LONG_TEXT]
 

@@ -1,4 +1,4 @@
-// The photo upright, as PIL's ImageOps.exif_transpose gives it (pipeline.golden.load_photo): a pure
+// The photo upright, as PIL's ImageOps.exif_transpose gives it (arrcoc_edge.stages.golden.load_photo): a pure
 // re-indexing of the decoded pixels by EXIF orientation, no pixel blended. A function of bytes, so
 // it is tested on Linux against PIL for all eight orientations (tests/test_ios.py runs CoreTests);
 // RelevanceModel.uprightRGB (UIKit/CoreGraphics) decodes into RGBA8 and calls it.

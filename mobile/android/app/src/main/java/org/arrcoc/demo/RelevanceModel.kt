@@ -1,6 +1,6 @@
 // The relevance model in the ExecuTorch Android runtime (org.pytorch:executorch-android), and the
 // photo -> `image` tensor step that contract.json describes: the photo as decoded, EXIF orientation
-// applied, alpha dropped, uint8 [1,H,W,3] RGB at its own size (pipeline.golden.load_photo). No crop,
+// applied, alpha dropped, uint8 [1,H,W,3] RGB at its own size (arrcoc_edge.stages.golden.load_photo). No crop,
 // no resize, no float conversion: the .pte does arr-coc-0-1's resize to 16G itself. The Android shell
 // around Photo.kt's re-indexing: the decoder (BitmapFactory, ExifInterface) and the runtime (ExecuTorch).
 package org.arrcoc.demo

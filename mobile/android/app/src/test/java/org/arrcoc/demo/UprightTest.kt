@@ -1,5 +1,5 @@
 // Upright.rgb (the EXIF re-indexing both the model's input and nothing else goes through) against
-// PIL's ImageOps.exif_transpose, which pipeline.golden.load_photo applies: for all eight EXIF
+// PIL's ImageOps.exif_transpose, which arrcoc_edge.stages.golden.load_photo applies: for all eight EXIF
 // orientations, on a small non-square RGBA image whose rows are padded (a Bitmap's rowBytes may
 // exceed width * 4). targets/android/app.py writes the stored bytes and PIL's upright RGB bytes.
 package org.arrcoc.demo
