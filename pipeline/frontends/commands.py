@@ -41,8 +41,46 @@ def early_interrupt(command: str):
 def install_early_handlers(command: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, early_interrupt(command))
+    quiet_when_the_reader_leaves()
     if os.environ.get(LOADING_ENV):
         open(os.environ[LOADING_ENV], "a").close()
+
+
+def quiet_when_the_reader_leaves() -> None:
+    """`arrcoc-edge --list | head`: the reader closes the pipe and the next write to stdout raises
+    BrokenPipeError, in Invoke's own printing (no task of ours around it) or in the flush at exit.
+    A command stops there quietly, as one killed by SIGPIPE would (exit 141), with nothing on
+    stderr. Installed by the command line only (main, tasks.py under `invoke`): the process is the
+    command's, not a library caller's."""
+    import atexit
+
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:
+        if issubclass(kind, BrokenPipeError):
+            _stdout_to_devnull()
+            os._exit(141)
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+    atexit.register(_flush_stdout)  # registered first: runs after the others, before the final flush
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()  # what is left in the buffer goes nowhere: the reader is gone
+
+
+def _stdout_to_devnull() -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(null)
 
 
 VERBOSE = "show tracebacks"
