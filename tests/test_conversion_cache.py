@@ -195,3 +195,143 @@ def test_an_onnx_export_is_reused_per_program_and_form(cache_home, tmp_path, loa
     onnx_common.export_onnx_cached(exported.load, {"program": exported.cache_key, "form": "direct"}, loaded.config,
                                    tmp_path / "c" / "model.onnx", lambda m: None)
     assert exports == ["model.onnx", "model.onnx"]
+
+
+# ---- a cache only saves time: whatever goes wrong in it is a note and a fresh conversion
+
+
+def entry_of(cache_home: Path, kind: str = "demo") -> Path:
+    return next(p for p in cache_home.iterdir() if p.name.startswith(f"{kind}-"))
+
+
+@pytest.mark.parametrize("nested", ['{"a":' * 100000 + "1" + "}" * 100000, "[" * 200000 + "]" * 200000])
+def test_a_seal_nested_too_deeply_is_a_note_a_fresh_conversion_and_a_discarded_entry(cache_home, tmp_path, nested):
+    convert, notes = Converter(), []
+    run(convert, tmp_path / "a", notes)
+    (entry_of(cache_home) / private_cache.MANIFEST).write_text(nested)
+    assert run(convert, tmp_path / "b", notes)["bytes"] == 15 and convert.runs == 2
+    assert (tmp_path / "b" / "model.bin").read_bytes() == b"converted bytes"
+    problems = [n for n in notes if n.startswith("note:")]
+    assert len(problems) == 1 and "unreadable (RecursionError)" in problems[0], problems
+    run(convert, tmp_path / "c", notes)  # the bad entry was replaced by a sound one
+    assert convert.runs == 2 and len(notes) == 2 and "reused" in notes[-1]
+
+
+def test_a_file_of_another_size_is_refused_by_its_size_before_a_byte_is_hashed(cache_home, tmp_path):
+    """A sealed file replaced by a 4 GB sparse one: hashing it would take seconds; its size alone refuses it."""
+    import time
+
+    convert, notes = Converter(), []
+    run(convert, tmp_path / "a", notes)
+    big = entry_of(cache_home) / "model.bin"
+    big.unlink()
+    with open(big, "wb") as f:
+        f.truncate(4 << 30)
+    start = time.monotonic()
+    run(convert, tmp_path / "b", notes)
+    assert time.monotonic() - start < 2.0 and convert.runs == 2
+    assert any(f"model.bin is {4 << 30} bytes, sealed as 15" in n for n in notes), notes
+    assert (tmp_path / "b" / "model.bin").read_bytes() == b"converted bytes"
+
+
+def test_a_conversion_never_writes_into_the_cache(cache_home, tmp_path):
+    """A converter that cannot write its file may abort the process (torch's zip writer does): so it
+    writes beside the destination, and the cache gets a copy afterwards."""
+    seen = []
+
+    def convert(folder: Path) -> dict:
+        seen.append(folder.resolve())
+        (folder / "model.bin").write_bytes(b"bytes")
+        return {}
+
+    run(convert, tmp_path / "a", [])
+    assert seen and not seen[0].is_relative_to(cache_home.resolve().parent.parent)
+    assert seen[0].parent == (tmp_path / "a").resolve()
+    assert (tmp_path / "a" / "model.bin").read_bytes() == b"bytes" and sorted(os.listdir(tmp_path / "a")) == ["model.bin"]
+
+
+FULL_CACHE = """
+import json, os, sys
+from pathlib import Path
+from arrcoc_edge.stages import conversion_cache as cc
+notes, dest = [], Path(sys.argv[1])
+def convert(folder):
+    (folder / "model.bin").write_bytes(b"m" * (1 << 20)); return {"made": 1}
+record = cc.convert_cached("demo", {"program": "full"}, ("numpy",), convert, dest, notes.append)
+print(json.dumps({"record": record, "notes": notes, "bytes": (dest / "model.bin").stat().st_size,
+                  "left": sorted(os.listdir(dest))}))
+"""
+
+
+def test_a_full_cache_file_system_is_a_note_and_the_conversion_is_used(tmp_path):
+    """The cache on a 300 KB tmpfs (its own mount namespace), the destination with room: the
+    conversion's 1 MB file is used, the cache's refusal is one note."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed to give the test a full file system")
+    cache, dest = tmp_path / "tiny", tmp_path / "dest"
+    cache.mkdir(mode=0o700)
+    dest.mkdir()
+    script = tmp_path / "full.py"
+    script.write_text(FULL_CACHE)
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    env.pop(cc.OFF_VARIABLE, None)
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=300k,mode=700 tmpfs "{cache}" && '
+                           f'exec "{sys.executable}" "{script}" "{dest}"'], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["record"] == {"made": 1} and found["bytes"] == 1 << 20 and found["left"] == ["model.bin"]
+    assert len(found["notes"]) == 1 and "not stored (No space left on device)" in found["notes"][0], found["notes"]
+
+
+STRESS = """
+import random, sys, tempfile
+from pathlib import Path
+from arrcoc_edge.stages import conversion_cache as cc
+random.seed(int(sys.argv[1])); errors, wrong = [], 0
+for _ in range(int(sys.argv[2])):
+    v = random.randrange(5)
+    def convert(folder, v=v):
+        (folder / "blob.bin").write_bytes(bytes([v]) * (1 << 20)); return {"v": v}
+    with tempfile.TemporaryDirectory(dir=sys.argv[3]) as d:
+        try:
+            record = cc.convert_cached("stress", {"v": str(v)}, ("numpy",), convert, Path(d), lambda m: None, keep=2)
+            wrong += record != {"v": v} or (Path(d) / "blob.bin").read_bytes() != bytes([v]) * (1 << 20)
+        except Exception as exc:
+            errors.append(type(exc).__name__)
+print(wrong, len(errors), sorted(set(errors)))
+"""
+
+
+def test_processes_sharing_one_cache_with_more_keys_than_it_keeps_never_fail_nor_get_wrong_bytes(tmp_path):
+    """Four processes, five keys, two kept: entries are made, reused and removed under each other."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "xdg"
+    cache.mkdir(mode=0o700)
+    script = tmp_path / "stress.py"
+    script.write_text(STRESS)
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    env.pop(cc.OFF_VARIABLE, None)
+    procs = [subprocess.Popen([sys.executable, str(script), str(seed), "40", str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in range(4)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-1000:] for _, err in results]
+    assert [out.split()[:2] for out, _ in results] == [["0", "0"]] * 4, [out for out, _ in results]
+
+
+def test_the_key_names_every_library_a_converter_calls_into():
+    """The ONNX export's bytes are shaped by onnxscript's constant folding, which is onnx-ir's code,
+    and torch.export's by sympy: what the named tools require is in the key, transitively."""
+    from importlib.metadata import version
+
+    from arrcoc_edge.targets.shared.onnx_common import ONNX_TOOLS
+
+    tools = cc.tool_versions(*ONNX_TOOLS)
+    assert tools["onnx-ir"] == version("onnx-ir") and tools["sympy"] == version("sympy")
+    assert cc.tool_versions("onnx_ir") == cc.tool_versions("onnx-ir")  # one distribution, however spelt

@@ -19,17 +19,22 @@ can write is used; each kind keeps its few most recently used entries (the MiniL
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import sys
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable
 
 from arrcoc_edge import install
+from arrcoc_edge.relevance.digest import sha256_file
 from arrcoc_edge.stages import private_cache
 
 CACHE_NAME = "conversions"
@@ -56,14 +61,50 @@ def code_digest() -> str:
 
 
 def tool_versions(*dists: str) -> dict[str, str]:
-    """The installed version of each distribution ('absent' when it is not installed)."""
-    found = {}
-    for dist in dists:
+    """The installed version of each distribution and of everything it requires, transitively
+    ('absent' when it is not installed): a converter's bytes are shaped by the libraries it calls
+    (onnxscript's constant folding is onnx-ir's; torch.export's guards are sympy's)."""
+    return dict(_closure_versions(tuple(_normal(d) for d in dists)))
+
+
+@functools.cache
+def _closure_versions(dists: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    found: dict[str, str] = {}
+    todo = list(dists)
+    while todo:
+        dist = todo.pop()
+        if dist in found:
+            continue
         try:
             found[dist] = version(dist)
         except PackageNotFoundError:
             found[dist] = "absent"
-    return found
+            continue
+        todo += _requirements(dist)
+    return tuple(sorted(found.items()))
+
+
+@functools.cache
+def _requirements(dist: str) -> tuple[str, ...]:
+    """The distributions `dist` requires when installed without extras (normalised names)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    names = []
+    for line in requires(dist) or ():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            names.append(_normal(req.name))
+    return tuple(names)
+
+
+def _normal(name: str) -> str:
+    """A distribution's name as PEP 503 normalises it (onnx_ir and onnx-ir are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def conversion_key(kind: str, inputs: dict[str, str], tools: tuple[str, ...]) -> str:
@@ -77,36 +118,125 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
                    dest: Path, log: Callable[[str], None], keep: int = 3) -> dict:
     """Run `convert(folder)`, which writes its files into `folder` and returns what to record of
     them (JSON), or reuse the files and record of an earlier run with the same key. The files end
-    up in `dest` (plain copies); returns the record, as JSON gives it back either way."""
+    up in `dest` (plain copies); returns the record, as JSON gives it back either way.
+
+    The cache only saves time: whatever fails in reading, checking or writing it (an unsound or
+    vanished entry, a full file system, a race with another build) is one note and the conversion
+    runs, always into a private folder beside `dest`, never into the cache: a converter that
+    cannot write its file aborts the process (torch's zip writer does), so the cache's file
+    system never gets the chance. The entry is stored afterwards, as a copy, if it can be."""
     if os.environ.get(OFF_VARIABLE) == "off":
         return json.loads(json.dumps(convert(dest)))
     key = conversion_key(kind, inputs, tools)
-
-    def make(folder: Path) -> None:
-        (folder / INFO).write_text(json.dumps(convert(folder), sort_keys=True))
-
-    scratch = dest / f".{kind}-uncached"
-    folder, reused = private_cache.reuse_or_make(CACHE_NAME, key, make, lambda m: log(f"note: {m}"),
-                                                 label="conversion cache", action="converting", scratch=scratch)
-    record = json.loads((folder / INFO).read_text())
-    for path in sorted(folder.iterdir()):
-        if path.name not in (INFO, private_cache.MANIFEST):
-            (shutil.copytree if path.is_dir() else shutil.copy2)(path, dest / path.name)
-    if folder == scratch:
-        shutil.rmtree(scratch)
-    else:
-        os.utime(folder)  # last use, for `_forget_old`
-        _forget_old(folder.parent, kind, keep)
-    if reused:
-        log(f"{kind}: reused the files of an identical earlier conversion ({folder})")
+    note = lambda message: log(f"note: conversion cache {message}")  # noqa: E731
+    try:
+        cache = private_cache.user_cache_dir(CACHE_NAME)
+    except private_cache.CacheUnusable as exc:
+        note(f"not used ({exc}): converting without it")
+        cache = None
+    with _scratch(dest, kind) as work:
+        record = None if cache is None else _reuse(cache / key, key, work, note)
+        if record is not None:
+            log(f"{kind}: reused the files of an identical earlier conversion ({cache / key})")
+        else:
+            record = json.loads(json.dumps(convert(work)))
+            if cache is not None:
+                _store(cache, key, work, record, note)
+        for path in sorted(work.iterdir()):
+            os.replace(path, dest / path.name)
+    if cache is not None:
+        _forget_old(cache, kind, keep)
     return record
 
 
+@contextlib.contextmanager
+def _scratch(dest: Path, kind: str):
+    """A fresh private folder inside `dest` (the same file system: its files are renamed into
+    place), removed with whatever is left in it."""
+    work = Path(tempfile.mkdtemp(prefix=f".{kind}-converting-", dir=dest))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _reuse(entry: Path, key: str, work: Path, note: Callable[[str], None]) -> dict | None:
+    """The record of the cache entry `entry`, its files copied into `work` and checked there (the
+    copy is what is used, so the copy is what is hashed), or None: no entry (quietly), or one that
+    is unsound or vanished meanwhile (a note; an unsound one is discarded)."""
+    if not os.path.lexists(entry):
+        return None
+    try:
+        problem = private_cache.private_dir_problem(entry)
+        sealed = private_cache.read_seal(entry, key) if problem is None else {}
+        if problem is None:
+            problem = _copy_checked(entry, sealed, work)
+        if problem is None:
+            record = json.loads((work / INFO).read_bytes())
+            os.unlink(work / INFO)
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # last use, for `_forget_old`
+            return record
+    except private_cache.UnsoundEntry as exc:
+        problem = str(exc)
+    except (OSError, ValueError, RecursionError) as exc:
+        problem = f"unreadable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    note(f"entry {entry} not used ({problem}): converting afresh")
+    private_cache.discard(entry)
+    for path in list(work.iterdir()):
+        private_cache.discard(path)
+    return None
+
+
+def _copy_checked(entry: Path, sealed: dict[str, dict], work: Path) -> str | None:
+    """Copy the entry's sealed files into `work`, then hash the copies; why they are not exactly
+    what the seal says (sizes first, from lstat, before a byte is copied), or None."""
+    found = private_cache._entry_files(entry)
+    if set(found) != set(sealed) or INFO not in sealed:
+        extra, missing = sorted(set(found) - set(sealed)), sorted(set(sealed) - set(found))
+        return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"
+    for rel in sorted(sealed):
+        if found[rel] != sealed[rel]["bytes"]:
+            return f"{rel} is {found[rel]} bytes, sealed as {sealed[rel]['bytes']}"
+    for rel in sorted(sealed):
+        copy = work / rel
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entry / rel, copy, follow_symlinks=False)
+        if copy.stat().st_size != sealed[rel]["bytes"] or sha256_file(copy) != sealed[rel]["sha256"]:
+            return f"{rel} changed since it was sealed"
+    return None
+
+
+def _store(cache: Path, key: str, work: Path, record: dict, note: Callable[[str], None]) -> None:
+    """Keep a copy of `work`'s files and `record` as the sealed entry `key`, when the cache's file
+    system takes it; another build of the user's storing the same key first is as good."""
+    try:
+        with private_cache.building(cache, key) as entry:
+            for path in sorted(work.rglob("*")):  # file by file: a full disk is ENOSPC, not shutil.Error's list
+                target = entry / path.relative_to(work)
+                target.mkdir() if path.is_dir() else shutil.copyfile(path, target)
+            (entry / INFO).write_text(json.dumps(record, sort_keys=True))
+            private_cache.seal(entry, key)
+            with contextlib.suppress(OSError):  # the same key sealed meanwhile: theirs is kept
+                entry.rename(cache / key)
+    except OSError as exc:
+        note(f"entry not stored ({exc.strerror or type(exc).__name__}): this build's files are used, uncached")
+
+
 def _forget_old(cache: Path, kind: str, keep: int) -> None:
-    """Remove all but the `keep` most recently used entries of `kind` (never a link's target)."""
-    entries = [p for p in cache.iterdir() if p.name.rsplit("-", 1)[0] == kind and not p.is_symlink()]
-    entries.sort(key=lambda p: p.lstat().st_mtime, reverse=True)
-    for old in entries[keep:]:
+    """Remove all but the `keep` most recently used entries of `kind` (never a link's target).
+    Other builds may be reading or removing entries meanwhile: an entry gone is skipped, and a
+    reader that loses an entry converts afresh (_reuse)."""
+    entries = []
+    with contextlib.suppress(OSError):
+        for path in cache.iterdir():
+            if path.name.rsplit("-", 1)[0] == kind:
+                with contextlib.suppress(OSError):
+                    st = path.lstat()
+                    if not stat.S_ISLNK(st.st_mode):
+                        entries.append((st.st_mtime, path))
+    entries.sort(reverse=True)
+    for _, old in entries[keep:]:
         private_cache.discard(old)
 
 

@@ -10,9 +10,10 @@ the world-writable $TMPDIR, so classes planted under a broken source's key passe
   Anything else: `user_cache_dir` raises CacheUnusable with the reason, and the caller builds
   without a cache (a note, never a failure);
 - an entry is a folder `<key>/` sealed by a manifest, `entry.json`, written last after a
-  successful build: its key and the sha256 of every file in it. `check_entry` re-hashes it before
-  use: another key's entry copied here, a link, an extra, missing or changed file, or a folder not
-  the user's: the reason, and the caller builds afresh and replaces it;
+  successful build: its key and the size and sha256 of every file in it. `check_entry` compares
+  the sizes, then re-hashes, before use: another key's entry copied here, a manifest that does not
+  parse (nested too deeply included), a link, an extra, missing, resized or changed file, or a
+  folder not the user's: the reason, and the caller builds afresh and replaces it;
 - an entry is built in a fresh `.key.*` folder (mkdtemp, 0700) and renamed into place; a failed
   build removes its folder (`building`).
 """
@@ -36,6 +37,10 @@ MANIFEST_MAX_BYTES = 16 << 20
 
 class CacheUnusable(Exception):
     """The cache folder cannot be trusted or made; str() says why in one line."""
+
+
+class UnsoundEntry(Exception):
+    """An entry that cannot be trusted; str() says why in one line."""
 
 
 def private_dir_problem(path: Path) -> str | None:
@@ -106,44 +111,74 @@ def user_cache_dir(name: str) -> Path:
     return folder
 
 
-def check_entry(entry: Path, key: str) -> str | None:
-    """Why the entry `entry` (for `key`) cannot be trusted, or None when its files are exactly the
-    ones its manifest seals, with their sha256."""
-    problem = private_dir_problem(entry)
-    if problem:
-        return problem
+def read_seal(entry: Path, key: str) -> dict[str, dict]:
+    """The files `entry`'s manifest seals, {relative path: {"bytes", "sha256"}}; raises
+    UnsoundEntry (why, in one line) for a manifest this tool did not write for `key`: too large,
+    not JSON (nested too deeply included), another key's, or of another shape."""
     manifest = entry / MANIFEST
     try:
         st = manifest.lstat()
         if not stat.S_ISREG(st.st_mode) or st.st_size > MANIFEST_MAX_BYTES:
-            return f"{MANIFEST} is not a file this tool wrote"
-        sealed = json.loads(manifest.read_text())
+            raise UnsoundEntry(f"{MANIFEST} is not a file this tool wrote")
+        sealed = json.loads(manifest.read_bytes()[:MANIFEST_MAX_BYTES])
         if sealed.get("key") != key:
-            return f"sealed for key {str(sealed.get('key'))[:16]}..., not this one (copied from another entry)"
-        files = dict(sealed["files"])
-    except FileNotFoundError:
-        return f"no {MANIFEST} (not sealed after a successful build)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return f"{MANIFEST} unreadable ({type(exc).__name__})"
-    found = {}
-    for folder, dirs, names in os.walk(entry):
-        for name in dirs + names:
-            path = Path(folder) / name
-            mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode) or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                return f"{path.relative_to(entry)} is a link or not a plain file"
-            if stat.S_ISREG(mode) and path != manifest:
-                found[path.relative_to(entry).as_posix()] = path
-    if set(found) != set(files):
-        extra, missing = sorted(set(found) - set(files)), sorted(set(files) - set(found))
-        return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"
-    changed = [rel for rel, path in sorted(found.items()) if sha256_file(path) != files[rel]]
+            raise UnsoundEntry(f"sealed for key {str(sealed.get('key'))[:16]}..., not this one (copied from another entry)")
+        files = {str(rel): {"bytes": int(f["bytes"]), "sha256": str(f["sha256"])} for rel, f in sealed["files"].items()}
+    except FileNotFoundError as exc:
+        raise UnsoundEntry(f"no {MANIFEST} (not sealed after a successful build)") from exc
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise UnsoundEntry(f"{MANIFEST} unreadable ({type(exc).__name__})") from exc
+    return files
+
+
+def check_entry(entry: Path, key: str) -> str | None:
+    """Why the entry `entry` (for `key`) cannot be trusted, or None when its files are exactly the
+    ones its manifest seals, with their sizes (compared first: an oversize file is refused before
+    a byte of it is read) and sha256. A file vanishing meanwhile (another build of the user's
+    discarding the entry) is a reason too, never an error."""
+    problem = private_dir_problem(entry)
+    if problem:
+        return problem
+    try:
+        files = read_seal(entry, key)
+        found = _entry_files(entry)
+        if set(found) != set(files):
+            extra, missing = sorted(set(found) - set(files)), sorted(set(files) - set(found))
+            return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"
+        resized = [rel for rel, size in sorted(found.items()) if size != files[rel]["bytes"]]
+        if resized:
+            return f"{resized[0]} is {found[resized[0]]} bytes, sealed as {files[resized[0]]['bytes']}"
+        changed = [rel for rel in sorted(found) if sha256_file(entry / rel) != files[rel]["sha256"]]
+    except UnsoundEntry as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or type(exc).__name__}: it changed while it was checked)"
     return f"{changed[0]} changed since it was sealed" if changed else None
 
 
+def _entry_files(entry: Path) -> dict[str, int]:
+    """{relative path: bytes} of the entry's regular files (its manifest aside), from lstat alone;
+    raises UnsoundEntry for a link or anything that is neither a folder nor a regular file."""
+    found = {}
+    for folder, dirs, names in os.walk(entry, onerror=_raise):
+        for name in dirs + names:
+            path = Path(folder) / name
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                raise UnsoundEntry(f"{path.relative_to(entry)} is a link or not a plain file")
+            if stat.S_ISREG(st.st_mode) and path != entry / MANIFEST:
+                found[path.relative_to(entry).as_posix()] = st.st_size
+    return found
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
 def seal(entry: Path, key: str) -> None:
-    """Write the manifest: the key and the sha256 of every file now in `entry`."""
-    files = {p.relative_to(entry).as_posix(): sha256_file(p) for p in sorted(entry.rglob("*")) if p.is_file()}
+    """Write the manifest: the key and the size and sha256 of every file now in `entry`."""
+    files = {p.relative_to(entry).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+             for p in sorted(entry.rglob("*")) if p.is_file()}
     (entry / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1, sort_keys=True) + "\n")
 
 
@@ -201,12 +236,13 @@ def reuse_or_make(name: str, key: str, make: Callable[[Path], None], note: Calla
         discard(done)
     with building(cache, key) as work:  # a failed `make` leaves nothing behind
         make(work)
-        seal(work, key)
         try:
+            seal(work, key)
             work.rename(done)
-        except OSError:  # another build of the user's sealed the same key first: theirs is as good, if sound
-            if check_entry(done, key) is not None:
-                note(f"{label} entry {done} appeared unsound while {action}: not cached")
+        except OSError as exc:  # another build of the user's sealed the same key first: theirs is as good, if sound
+            why = check_entry(done, key) if os.path.lexists(done) else exc.strerror or type(exc).__name__
+            if why is not None:
+                note(f"{label} entry {done} not stored ({why}): not cached")
                 folder = new_scratch(scratch)
                 shutil.copytree(work, folder, dirs_exist_ok=True)
                 return folder, False
