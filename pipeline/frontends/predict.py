@@ -240,9 +240,38 @@ def open_runtime(out: Path, manifest: dict, targets: dict, requested: str | None
     names = runnable(manifest, targets)
     name = choose_runtime(requested, names, out, manifest, targets, shown)
     target, variant = names[name]
-    entry = manifest["targets"][target]
+    return name, checked_runner(out, manifest, targets[target], variant, shown or out, threads)
+
+
+def checked_runner(out: Path, manifest: dict, target: Target, variant: str, shown: Path,
+                   threads: int | None = None):
+    """The published variant's model loaded from bytes checked against the manifest's sha256,
+    then held to the manifest's description of it (grid, top_k, query_dim): a manifest is a
+    claim, the model file's own I/O is the truth. A file that is not a model, or a model other
+    than the one described, is one InputError, never a wrong answer."""
+    from arrcoc_edge.errors import ArrcocError
+    from arrcoc_edge.publishing.reading import model_claim_problems
+    from arrcoc_edge.stages.target import declared_io
+
+    entry = manifest["targets"][target.name]
     checked = check_variant_files(out, entry, variant)  # the runtime gets these bytes, not the path
-    return name, targets[target].published_runner(out, entry, variant, threads=threads, model=checked[0])
+    rel = entry["variants"][variant]["files"][0]
+    fix = "rebuild that folder with `invoke build` (its manifest.json was edited, or copied from another build)"
+    try:
+        runner = target.published_runner(out, entry, variant, threads=threads, model=checked[0])
+    except ArrcocError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each runtime has its own error types for a file it cannot load
+        why = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise InputError(f"{rel} in {shown} does not load as {target.name}'s {variant} model "
+                         f"({type(exc).__name__}: {why})", fix) from exc
+    settings = manifest["checkpoint"]["model"]
+    problems = model_claim_problems(declared_io(runner, settings["grid"], settings["query_dim"]), settings)
+    if problems:
+        runner.close()
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{rel} in {shown} is not the model its manifest describes: {problems[0]}{more}", fix)
+    return runner
 
 
 def predictions(outs: dict, sizes: list[tuple[int, int]], grid: int, top_k: int, runtime: str,

@@ -27,6 +27,9 @@ def _verify(root: Path) -> int:
             raise InputError(f"the manifest in {root} lists no targets (it was emptied or replaced)",
                              f"rebuild with `invoke build --out {root}` (or restore its manifest.json)")
         lines, bad, extra = check_published(base, manifest)
+        if not bad:  # every file is the manifest's: now each model against what the manifest says of it
+            found = model_claims(base, manifest, root)
+            lines, bad = lines + found, len(found)
         if not bad or folder_state.generation_id(root) == before:
             break
     print("\n".join(lines))
@@ -65,6 +68,28 @@ def check_published(base: Path, manifest: dict) -> tuple[list[str], int, int]:
     lines += [f"{kind} {rel}" for kind, rel in found]
     extra = sum(kind == "EXTRA" for kind, _ in found)
     return lines, bad + len(found) - extra, extra
+
+
+def model_claims(base: Path, manifest: dict, shown: Path) -> list[str]:
+    """A MISMATCH line for each published model this process can run whose own I/O contradicts
+    the manifest's checkpoint.model (grid, top_k, query_dim), or that does not load as a model:
+    the sha256 vouches for the bytes, not for what the manifest says they are."""
+    from arrcoc_edge import targets as target_table
+    from arrcoc_edge.errors import ArrcocError
+    from arrcoc_edge.frontends import predict as pr
+
+    if not manifest.get("checkpoint", {}).get("model"):
+        return []
+    lines = []
+    for name, (target, variant) in sorted(pr.runnable(manifest, target_table.TARGETS).items()):
+        if ":" not in name:
+            continue  # a target's own name is one of its variants again
+        try:
+            with pr.third_party_quiet(False):
+                pr.checked_runner(base, manifest, target_table.TARGETS[target], variant, shown).close()
+        except ArrcocError as exc:
+            lines.append(f"MISMATCH {exc.problem}")
+    return lines
 
 
 def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:

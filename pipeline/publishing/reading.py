@@ -142,3 +142,23 @@ def checked_bytes(base: Path, entry: dict) -> tuple[bytes | None, str | None]:
     if len(data) != size:
         return None, "it changed while it was read"
     return (data, None) if hashlib.sha256(data).hexdigest() == entry["sha256"] else (None, "sha256 differs")
+
+
+def model_claim_problems(declared: dict[str, list], model: dict) -> list[str]:
+    """What the manifest's checkpoint.model (grid, top_k, query_dim) claims that the model file's
+    own I/O (`declared`: name -> dims, None for a dynamic one) contradicts, one phrase each: a
+    manifest is a claim, the checked model file is the truth."""
+    grid, top_k, dim = model["grid"], model["top_k"], model["query_dim"]
+    claims = {"query": (dim, f"query_dim {dim}"),
+              "relevance": (grid * grid, f"grid {grid} ({grid * grid} relevance values)"),
+              "topk_indices": (top_k, f"top_k {top_k}"),
+              "weights": (3, "3 weights")}
+    problems = []
+    for name, (size, claim) in claims.items():
+        dims = declared.get(name)
+        if not dims:
+            problems.append(f"the manifest's {claim}: the model has no '{name}' of that width")
+        elif dims[-1] is not None and dims[-1] != size:
+            problems.append(f"the manifest says {claim}; the model's '{name}' is "
+                            f"[{', '.join('batch' if d is None else str(d) for d in dims)}]")
+    return problems

@@ -73,6 +73,10 @@ class Runner:
     # per model, not per batch). run_split uses it when present.
     run_many: Callable[[list[Arrays]], list[Arrays]] | None = None
     facts: dict = field(default_factory=dict)  # what the runtime reported of itself (recorded)
+    # The model file's own inputs and outputs as the runtime read them from it: name -> dims, an
+    # int or None for a dynamic one (onnxruntime's session metadata). None: the runtime exposes
+    # none, and declared_io() asks the model by one call instead.
+    io: dict[str, list] | None = None
 
 
 @dataclass
@@ -199,6 +203,23 @@ class BenchCase:
     # False for a case that times a cold start (a page load), or whose run() makes its own untimed
     # call right before the timed one (the browser: one page round trip for both)
     warm_call: bool = True
+
+
+def declared_io(runner: Runner, grid: int, query_dim: int) -> dict[str, list]:
+    """The model's own I/O shapes: what its runtime read from the file (Runner.io), else the
+    output shapes of one call on a 16*grid square photo and a query of query_dim (the batch
+    dimension reported as dynamic). A call the model refuses declares only the image input."""
+    if runner.io is not None:
+        return runner.io
+    side = 16 * grid
+    query = np.zeros((1, query_dim), np.float32)
+    query[0, 0] = 1.0
+    try:
+        outs = runner.run({"image": np.full((1, side, side, 3), 128, np.uint8), "query": query})
+    except Exception:  # noqa: BLE001 - the runtime's own error type: the model does not take this query
+        return {"image": [None, None, None, 3]}
+    found = {name: [None, *np.shape(value)[1:]] for name, value in outs.items()}
+    return {"image": [None, None, None, 3], "query": [None, query_dim], **found}
 
 
 def run_split(runner: Runner, split: GoldenSplit) -> dict[str, np.ndarray]:

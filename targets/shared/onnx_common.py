@@ -214,7 +214,13 @@ def ort_runner(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int =
         return dict(zip(OUTPUT_NAMES, outs))
 
     pool = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
-    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider, {level}{pool})")
+    return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider, {level}{pool})", io=session_io(session))
+
+
+def session_io(session) -> dict[str, list]:
+    """The model file's own inputs and outputs, name -> dims (None for a dynamic one)."""
+    return {a.name: [d if isinstance(d, int) else None for d in a.shape]
+            for a in [*session.get_inputs(), *session.get_outputs()]}
 
 
 def param_bytes(model) -> int:
