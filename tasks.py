@@ -1,5 +1,5 @@
 """Invoke tasks in a checkout: the tasks of pipeline/frontends/commands.py (`arrcoc-edge` once installed),
-plus `invoke test` (run `invoke --list`).
+plus the checkout's own `invoke test` and `invoke package` (run `invoke --list`).
 """
 from __future__ import annotations
 
@@ -47,3 +47,15 @@ def test(c, fast=False, args=""):
     script = Path(__file__).resolve().parent / "scripts" / "test.sh"
     c.run(shlex.join(["bash", str(script), *(["--fast"] if fast else []), *shlex.split(args)]),
           env={"ARRCOC_SKIP_SETUP": "1"}, pty=False)
+
+
+@task(help={"out": "where the checked sdist and wheel go (default dist/)"})
+def package(c, out=""):
+    """Build the sdist and wheel with `python -m build` and check them (scripts/package.py).
+
+    The wheel is built from the sdist and must equal the tree's; twine check; one top-level name."""
+    import shlex
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "scripts" / "package.py"
+    c.run(shlex.join([sys.executable, str(script), *(["--out", out] if out else [])]), pty=False)

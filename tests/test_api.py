@@ -136,8 +136,27 @@ def test_a_users_script_equals_invoke_predict_and_prints_nothing(user_run, photo
         assert kind == "InputError" and expected in line, (name, line)
 
 
+def test_a_users_own_pipeline_and_targets_modules_change_nothing(tmp_path):
+    """The project installs one name, arrcoc_edge: from a folder holding the user's own pipeline.py,
+    pipeline/ and targets/ (sys.path[0]), the API, the target table and the command's modules import
+    ours, and nothing of the user's is imported."""
+    for name in ("pipeline.py", "pipeline/__init__.py", "targets/__init__.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"raise RuntimeError('the user\\'s own {name} was imported')\n")
+    code = ("import sys\n"
+            "from arrcoc_edge import load, build\n"
+            "import arrcoc_edge.frontends.api, arrcoc_edge.frontends.commands, arrcoc_edge.frontends.cli\n"
+            "from arrcoc_edge.targets import TARGETS\n"
+            "assert 'onnx' in TARGETS and load.__module__ == 'arrcoc_edge.frontends.api'\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pipeline', 'targets')))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
+
+
 def test_import_pipeline_is_cheap_and_exports_the_api_and_errors():
-    code = ("import sys, pipeline\n"
+    code = ("import sys, arrcoc_edge\n"
             "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'onnxruntime')]\n"
             "import arrcoc_edge.building.build, arrcoc_edge.errors\n"  # the module pipeline/building/build.py must not shadow build()
             "from arrcoc_edge import build, load, ArrcocError, InputError, GateError\n"
@@ -359,7 +378,7 @@ def test_the_wheel_loads_and_predicts_outside_the_checkout(out, tmp_path):
     from arrcoc_edge.stages.golden import _photo
 
     Image.fromarray(_photo("chelsea")).save(tmp_path / "cat.jpg")
-    code = ("import sys, pipeline\n"
+    code = ("import sys, arrcoc_edge\n"
             f"assert arrcoc_edge.__file__.startswith({str(site)!r}), arrcoc_edge.__file__\n"
             "from arrcoc_edge import load\n"
             f"model = load({str(out)!r})\n"

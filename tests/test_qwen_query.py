@@ -173,7 +173,7 @@ def test_a_sentence_on_a_reference_folder_is_answered_without_torch(built, tmp_p
 
     Image.fromarray(_photo("coffee")).save(photo, quality=90)
     code = (f"import sys, json; sys.path.insert(0, {str(REPO)!r})\n"
-            f"import pipeline\n"
+            f"import arrcoc_edge\n"
             f"p = arrcoc_edge.load({str(built)!r}, 'onnx').predict({str(photo)!r}, 'Where is the cup?')\n"
             f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sentence_transformers'))\n"
             f"print(json.dumps({{'heavy': heavy, 'top_k': p.top_k}}))\n")

