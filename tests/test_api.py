@@ -355,7 +355,7 @@ def test_every_example_of_docs_python_md_runs(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "{'fp32': 'verified'}" in proc.stdout and "(14, 14) float32" in proc.stdout
     assert "is not a file" in proc.stdout and "'coreml' is not published" in proc.stdout
-    assert (tmp_path / "cat.png").is_file()
+    assert (tmp_path / "red.png").is_file()
 
 
 @pytest.mark.slow
