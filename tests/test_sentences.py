@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 
@@ -30,8 +31,10 @@ def test_good_sentence_file_is_read(tmp_path):
 
     path = tmp_path / "q.txt"
     path.write_text("\ufeff" + _sentences(8) + "  le chat  \n", encoding="utf-8")
-    lines = read_sentence_file(path)
+    read = read_sentence_file(path)
+    lines = read.sentences
     assert lines[0] == "where is thing number 0?" and lines[-1] == "le chat" and len(lines) == 9
+    assert read.path == path and read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("content, match", [
@@ -42,6 +45,9 @@ def test_good_sentence_file_is_read(tmp_path):
     (_sentences(8).encode() + b"\x00\x00", "NUL"),
     ((_sentences(8) + "a cat\n").encode(), "held-out"),
     (b"", "has 0 sentence"),
+    ((_sentences(7) + "\u200b\n").encode(), "line 8 holds no letter, digit, punctuation or symbol"),
+    ((_sentences(7) + "\u2060\u00a0\u0301\n").encode(), "line 8 holds no letter"),
+    ("".join(f"q{i}\n" for i in range(3000)).encode(), "has 3000 sentences, more than the 256 a build calibrates on"),
 ])
 def test_bad_sentence_file_is_an_input_error(tmp_path, content, match):
     from arrcoc_edge.stages.sentences import read_sentence_file
@@ -81,6 +87,45 @@ def test_bad_calibration_queries_is_one_line_and_builds_nothing(tmp_path, conten
     assert len(lines) == 1 and lines[0].startswith("input error: ") and " -> fix: " in lines[0], err
     assert "calibration" in lines[0] and "queries" in lines[0] and "Traceback" not in err
     assert not out.exists() and not (tmp_path / ".out.arrcoc-edge").exists()
+
+
+def test_calibration_queries_are_read_once_and_recorded_by_name_and_digest(tmp_path, monkeypatch, exported):
+    """The file is read when it is checked, and those sentences are the ones the build uses: a file
+    changed after the check changes nothing (the build never reads it again), and the golden set's
+    description (the manifest's "golden") names the file and the sha256 of what was read. In this
+    process (build_stages, what build() runs in its child): `exported` made the export a cache hit."""
+    import arrcoc_edge.building.build as build_module
+    from arrcoc_edge.frontends import api
+
+    path = tmp_path / "q.txt"
+    path.write_text(_sentences(10))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    used = {}
+
+    def golden_set(model, cfg, checkpoint, base_model, calibration_queries):
+        path.write_text("only\ntwo\n")  # after the check: the build must not read the file again
+        used["queries"] = calibration_queries
+        raise InputError("stop here", "the test needs nothing more")
+
+    monkeypatch.setattr(build_module, "build_golden_set", golden_set)
+    with pytest.raises(InputError, match="stop here"):
+        api.build_stages("onnx", None, tmp_path / "out", {"calibration_queries": path}, False, show=False)
+    assert list(used["queries"].sentences) == [f"where is thing number {i}?" for i in range(10)]
+    assert used["queries"].describe() == {"path": str(path), "sha256": digest, "sentences": 10}
+
+
+def test_the_manifest_records_the_calibration_file(loaded, tmp_path):
+    from arrcoc_edge.stages.golden import build_golden_set
+    from arrcoc_edge.stages.sentences import read_sentence_file
+
+    path = tmp_path / "q.txt"
+    path.write_text(_sentences(9, start=100))
+    golden = build_golden_set(loaded.model, loaded.config, loaded.path, calibration_queries=read_sentence_file(path))
+    described = golden.describe()["calibration"]
+    assert described["sentences_file"] == {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                                           "sentences": 9}
+    cal = golden.calibration
+    assert {cal.texts[i] for i in cal.subsets["sentences"]} == {f"where is thing number {i}?" for i in range(100, 109)}
 
 
 def test_the_tokenizer_is_the_sentence_models_own_id_for_id():

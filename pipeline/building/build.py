@@ -21,7 +21,6 @@ from arrcoc_edge.relevance.checkpoint import load_checkpoint
 from arrcoc_edge.stages.export import export_cached
 from arrcoc_edge.stages.golden import build_golden_set, write_bundle
 from arrcoc_edge.stages.parity import parity_metrics
-from arrcoc_edge.stages.sentences import read_sentence_file
 from arrcoc_edge.stages.target import BuildContext, Target, Variant, run_split
 
 
@@ -217,8 +216,8 @@ def run_stage(target: Target, ctx: BuildContext) -> StageResult:
 
 def build_inputs(checkpoint: Path, options: dict) -> list[Path]:
     """What a build reads from the user: its output folder may be none of them nor hold one."""
-    return [checkpoint, *(options[k] for k in ("calibration_dir", "calibration_queries", "base_model")
-                          if options.get(k) is not None)]
+    return [checkpoint, *(getattr(options[k], "path", options[k]) for k in ("calibration_dir", "calibration_queries",
+                                                                            "base_model") if options.get(k) is not None)]
 
 
 def run_build(
@@ -293,8 +292,8 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     locking.check_interrupted()
     program = export_cached(ckpt, folder_state.cache_root(out) / "export", log)
     log(f"exported program {program.path.name} ({program.origin})")
-    user_sentences = read_sentence_file(options["calibration_queries"]) if options.get("calibration_queries") else None
-    golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"), user_sentences)
+    golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"),
+                              options.get("calibration_queries"))  # a SentenceFile, read once when checked
     log(f"golden set: held-out {golden.describe()['heldout']['subsets']}; queries: {golden.query_source}")
     run_dir = locking.new_staging(out)
     stages: dict[str, StageResult] = {}

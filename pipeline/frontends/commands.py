@@ -115,7 +115,7 @@ def _exit(code: int) -> None:
         "out": "output folder; default: artifacts/",
         "verbose": VERBOSE,
         "calibration": "folder of images to calibrate quantised targets (default: the golden calibration split)",
-        "calibration_queries": "text file, one sentence a line (at least 8): the sentences quantised targets "
+        "calibration_queries": "text file, one sentence a line (8 to 256): the sentences quantised targets "
                                "calibrate on (default: the golden set's calibration sentences)",
         "grid": "patch grid G (G x G patches, input 16*G px); default: the checkpoint's (reference .pt: 32)",
         "top_k": "patches selected K, 1..G*G; default: the checkpoint's (reference .pt: 200)",

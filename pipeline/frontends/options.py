@@ -107,13 +107,12 @@ def existing_file(name: str, value: str) -> Path:
     return path
 
 
-def sentence_file(name: str, value: str) -> Path:
-    """--calibration-queries FILE: an existing file of one sentence a line, read and checked whole now."""
+def sentence_file(name: str, value: str):
+    """--calibration-queries FILE: an existing file of one sentence a line, read and checked whole
+    now, once: the build uses the SentenceFile returned (its sentences, name and sha256)."""
     from arrcoc_edge.stages.sentences import read_sentence_file
 
-    path = existing_file(name, value)
-    read_sentence_file(path)
-    return path
+    return read_sentence_file(existing_file(name, value))
 
 
 def part_folders(text: str | None) -> list[Path]:

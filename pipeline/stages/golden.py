@@ -134,12 +134,14 @@ class GoldenSet:
     heldout: GoldenSplit
     query_source: str
     sentence_source: str = "golden set's calibration list (pipeline/stages/sentences.py)"
+    sentence_file: dict | None = None  # the user's --calibration-queries file: path, sha256, sentences
 
     def describe(self) -> dict:
         count = lambda split: {k: len(v) for k, v in split.subsets.items()}  # noqa: E731
         return {
             "calibration": {"count": len(self.calibration), "sha256": self.calibration.sha256,
-                            "subsets": count(self.calibration), "sentences_from": self.sentence_source},
+                            "subsets": count(self.calibration), "sentences_from": self.sentence_source,
+                            **({"sentences_file": self.sentence_file} if self.sentence_file else {})},
             "heldout": {"count": len(self.heldout), "sha256": self.heldout.sha256, "subsets": count(self.heldout)},
             "query_source": self.query_source,
             "photos": {"calibration": list(CALIBRATION_PHOTOS), "heldout": list(HELDOUT_PHOTOS)},
@@ -339,15 +341,19 @@ def reference_outputs(model: torch.nn.Module, split: GoldenSplit, batch: int = 1
 
 
 def build_golden_set(model: torch.nn.Module, cfg: ModelConfig, checkpoint: Path | None = None,
-                     base_model: Path | None = None, calibration_queries: list[str] | None = None) -> GoldenSet:
+                     base_model: Path | None = None, calibration_queries=None) -> GoldenSet:
     """The golden set. checkpoint/base_model choose the sentence encoder (sentences.encoder_for);
     without a checkpoint path only vectors. calibration_queries: the user's sentences for the
-    calibration split instead of sentences.CALIBRATION."""
+    calibration split instead of sentences.CALIBRATION, a list or a sentences.SentenceFile (whose
+    name and sha256 describe() records)."""
     from arrcoc_edge.stages import sentences
 
     encode, how = (None, "no sentences: no checkpoint path given")
     if checkpoint is not None:
         encode, how = sentences.encoder_for(checkpoint, base_model, cfg.query_dim)
+    user_file = calibration_queries if isinstance(calibration_queries, sentences.SentenceFile) else None
+    if user_file is not None:
+        calibration_queries = list(user_file.sentences)
     calib_texts = list(calibration_queries or sentences.CALIBRATION)
     calibration = _split(CALIBRATION_PHOTOS, WHOLE_CALIBRATION, cfg, 0, calib_texts, encode)
     vectors = len(calibration.subsets["vectors"])
@@ -362,7 +368,8 @@ def build_golden_set(model: torch.nn.Module, cfg: ModelConfig, checkpoint: Path 
     vector_source = f"seeded unit vectors (numpy seed {QUERY_SEED})"
     source = f"sentences: {how}; vectors: {vector_source}" if encode else f"{vector_source} only ({how})"
     origin = "the user's --calibration-queries file" if calibration_queries else "pipeline/stages/sentences.py CALIBRATION"
-    return GoldenSet(calibration, heldout, query_source=source, sentence_source=origin)
+    return GoldenSet(calibration, heldout, query_source=source, sentence_source=origin,
+                     sentence_file=user_file.describe() if user_file else None)
 
 
 BUNDLE_WHOLE = "chelsea/whole"  # the whole non-square photo every on-device self-check runs (451 x 300)

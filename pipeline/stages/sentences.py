@@ -11,6 +11,11 @@ file (one sentence a line) replaces CALIBRATION, checked by `read_sentence_file`
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
+import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +41,10 @@ HELDOUT = (
     "blood vessels", "a motorcycle parked outside", "petals", "where is the light coming from?",
 )
 MIN_QUERIES = 8  # a --calibration-queries file needs at least this many sentences
+# ... and at most this many: each sentence is one more calibration sample that every build encodes
+# and runs through the eager model (a photo each, whole photos included), whether or not a target
+# calibrates; 3,000 short lines made an onnx build 8x slower.
+MAX_QUERIES = 256
 MAX_FILE_BYTES = 1 << 20  # a sentence list is a few KB; a cap keeps a huge file from being read
 MAX_SENTENCE_CHARS = 1000
 
@@ -97,16 +106,27 @@ def cached_minilm_embed(texts: list[str]) -> np.ndarray:
         return np.load(Path(tmp) / "vectors.npy", allow_pickle=False)
 
 
-def read_sentence_file(path: str | Path) -> list[str]:
-    """A --calibration-queries file: UTF-8 text, one sentence a line, no empty line, at least
-    MIN_QUERIES lines, none of them a held-out sentence. Anything else is an InputError."""
+@dataclass(frozen=True)
+class SentenceFile:
+    """A --calibration-queries file as read once (the build uses these sentences, never the file
+    again): where it was, the sha256 of the bytes read, and its sentences."""
+
+    path: Path
+    sha256: str
+    sentences: tuple[str, ...]
+
+    def describe(self) -> dict:
+        """What the manifest records of it (golden.calibration.sentences_file)."""
+        return {"path": str(self.path), "sha256": self.sha256, "sentences": len(self.sentences)}
+
+
+def read_sentence_file(path: str | Path) -> SentenceFile:
+    """A --calibration-queries file: UTF-8 text, one sentence a line, no empty or invisible line,
+    MIN_QUERIES to MAX_QUERIES lines, none of them a held-out sentence. Anything else is an
+    InputError."""
     path = Path(path)
     fix = f"pass --calibration-queries FILE: UTF-8 text, one sentence a line, at least {MIN_QUERIES} lines"
-    if not path.is_file():
-        raise InputError(f"calibration queries file {path} does not exist or is not a file", fix)
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise InputError(f"calibration queries file {path} is over {MAX_FILE_BYTES >> 10} KB", fix)
-    data = path.read_bytes()
+    data = _bounded_bytes(path, fix)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,12 +137,35 @@ def read_sentence_file(path: str | Path) -> list[str]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             raise InputError(f"calibration queries file {path}: line {number} is empty", fix)
+        if not any(unicodedata.category(c)[0] in "LNPS" for c in line):
+            raise InputError(f"calibration queries file {path}: line {number} holds no letter, digit, punctuation or "
+                             "symbol (only spaces or invisible characters, such as a zero-width space)", fix)
         if len(line) > MAX_SENTENCE_CHARS:
             raise InputError(f"calibration queries file {path}: line {number} is over {MAX_SENTENCE_CHARS} characters", fix)
     if len(lines) < MIN_QUERIES:
         raise InputError(f"calibration queries file {path} has {len(lines)} sentence(s), fewer than {MIN_QUERIES}", fix)
+    if len(lines) > MAX_QUERIES:
+        raise InputError(f"calibration queries file {path} has {len(lines)} sentences, more than the {MAX_QUERIES} a "
+                         "build calibrates on (each is one more sample every build encodes and runs)",
+                         f"keep at most {MAX_QUERIES} varied sentences, one a line")
     heldout = set(HELDOUT) & {line.strip() for line in lines}
     if heldout:
         raise InputError(f"calibration queries file {path} holds held-out sentences ({sorted(heldout)[0]!r}), "
                          "so the gate would not measure unseen ones", "leave the golden set's held-out sentences out")
-    return [line.strip() for line in lines]
+    return SentenceFile(path, hashlib.sha256(data).hexdigest(), tuple(line.strip() for line in lines))
+
+
+def _bounded_bytes(path: Path, fix: str) -> bytes:
+    """The file's bytes, read once through one descriptor: a regular file of at most
+    MAX_FILE_BYTES (never more read than that, whatever it grows to meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InputError(f"calibration queries file {path} cannot be read ({exc.strerror})", fix) from exc
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"calibration queries file {path} does not exist or is not a file", fix)
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"calibration queries file {path} is over {MAX_FILE_BYTES >> 10} KB", fix)
+    return data
