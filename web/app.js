@@ -453,7 +453,7 @@ async function guarded(fn) {
 // The typed query: tokenized and embedded in the page, then run like a preset on the current photo.
 async function runText(text) {
   textConfig();
-  if (!text.trim()) throw new UserError('The query box is empty: type what to look for (e.g. "a striped tail"), or pick a preset.');
+  if (!text.trim()) throw new UserError('The query box is empty: type what to look for (e.g. "something red" or "the top left"), or pick a preset.');
   if (!state.image) throw new UserError('Open a photo first.');
   setStatus('encoding the query…');
   const { embeddings, ids, ms, tokenizeMs, encodeMs } = await embedTexts([text]);
