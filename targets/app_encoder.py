@@ -1,4 +1,4 @@
-"""The query encoder inside the Android app (issue 38): what a typed query runs through on the phone.
+"""The query encoder inside the Android app: what a typed query runs through on the phone.
 
 The app tokenizes with its own code (Tokenizer.kt, reading the build's tokenizer.json), runs this
 encoder in ExecuTorch, and hands the embedding to the relevance .pte. Two kinds, as the text-encoder

@@ -1,4 +1,4 @@
-"""`invoke app-tokenize`: the Android and iOS apps' own tokenizer code on anyone's text (issue 38).
+"""`invoke app-tokenize`: the Android and iOS apps' own tokenizer code on anyone's text.
 
     invoke app-tokenize --app android|ios --tokenizer PATH --text-file PATH [--max-length N]
 

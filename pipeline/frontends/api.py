@@ -2,7 +2,7 @@
 
     result = build(targets="onnx", out="artifacts")      # what `invoke build` does, typed result
     model = load("artifacts")                            # what `invoke predict` loads, kept open
-    p = model.predict("photo.jpg", "where is the cat?")  # p.relevance, p.top_k, p.weights, p.to_json()
+    p = model.predict("photo.jpg", "something red")  # p.relevance, p.top_k, p.weights, p.to_json()
 
 `invoke build` and `invoke predict` call these same functions (pipeline/frontends/cli.py, pipeline/frontends/batch.py),
 so a number printed by the command line and one returned here cannot drift apart. Errors are the
@@ -422,7 +422,7 @@ class Model:
         if isinstance(query, np.ndarray) or hasattr(query, "__array__") or isinstance(query, (list, tuple)):
             return self._array_vector(np.asarray(query))
         raise InputError(f"a query is a sentence or a float array [{self.query_dim}], not {type(query).__name__}",
-                         "pass text, e.g. 'where is the cat?', or a numpy float32 vector")
+                         "pass text, e.g. 'something red', or a numpy float32 vector")
 
     def _array_vector(self, vec: np.ndarray) -> np.ndarray:
         if vec.dtype.kind != "f" or vec.shape != (self.query_dim,):

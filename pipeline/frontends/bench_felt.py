@@ -1,4 +1,4 @@
-"""`invoke bench`'s figures of what a user waits for (issue 42), each beside the route before it, in one run.
+"""`invoke bench`'s figures of what a user waits for, each beside the route before it, in one run.
 
   * cold `arrcoc-edge predict --image photo.jpg --query "..."`: the wall time of the whole command
     (process start to exit), beside the same predict with the sentence through sentence-transformers

@@ -329,10 +329,10 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
 
     images, queries = _listed(image), _listed(query)
     if not images:
-        raise InputError("--image is required (the photo to run the model on)", "pass --image PHOTO, e.g. --image cat.jpg")
+        raise InputError("--image is required (the photo to run the model on)", "pass --image PHOTO, e.g. --image photo.jpg")
     if (not queries) == (query_embedding is None):
         raise InputError("give exactly one of --query TEXT and --query-embedding FILE.npy",
-                         "e.g. --query 'where is the cat?' or --query-embedding q.npy (float32 [D])")
+                         "e.g. --query 'something red' or --query-embedding q.npy (float32 [D])")
     for text in queries:
         pr.check_query_text(text)
     photos, several = batch.photo_inputs(images)

@@ -190,7 +190,7 @@ def check_query_text(text: str, what: str = "--query") -> None:
     undecodable bytes, which no tokenizer takes). what: how the message names it (the option, or
     "the query" for a Python caller)."""
     if not text.strip():
-        raise InputError(f"{what} is empty", "type the question, e.g. 'where is the cat?'")
+        raise InputError(f"{what} is empty", "type the question, e.g. 'something red' or 'the top left'")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

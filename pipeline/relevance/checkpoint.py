@@ -1,4 +1,4 @@
-"""Load and validate checkpoints, in our format or the reference's, without running pickles.
+"""Load and validate checkpoints, in arrcoc-edge's format or the reference's, without running pickles.
 
 * `.safetensors` (ours): tensors in the reference key layout, the ModelConfig as JSON in the
   metadata under "arrcoc.config", provenance under "arrcoc.provenance". Strict: every key must

@@ -1,4 +1,4 @@
-"""The Android app compiled by a real Kotlin compiler and its logic run on the JVM (issue 28).
+"""The Android app compiled by a real Kotlin compiler and its logic run on the JVM.
 
 No APK can be built here (the Android Gradle Plugin, aapt2/d8, Gradle and Google's Maven are out of
 reach), so this compiles EVERY Kotlin file of mobile/android (main, test, androidTest) with kotlinc

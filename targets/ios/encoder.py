@@ -1,4 +1,4 @@
-"""The query encoder inside the iOS app (issue 38): what a typed query runs through on the phone.
+"""The query encoder inside the iOS app: what a typed query runs through on the phone.
 
 The app tokenizes with its own code (ArrcocCore/Tokenizer.swift, reading the build's tokenizer.json),
 encodes the ids with the encoder below and hands the embedding to the relevance package. Two kinds,

@@ -1,4 +1,4 @@
-"""What the apps' tokenizer tests compare with: queries and Python's ids for them (issue 38).
+"""What the apps' tokenizer tests compare with: queries and Python's ids for them.
 
 The queries: targets/shared/tokenizer_corpus.txt ("label<TAB>query" per line: every major script,
 combining marks, emoji sequences, control and zero-width characters, punctuation runs, lines past

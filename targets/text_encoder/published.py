@@ -49,7 +49,7 @@ class PublishedEncoder:
 
             ids = qq.token_ids(self.tokenizer, text)
             if not ids:
-                raise InputError("the query has no tokens", "type the question, e.g. 'where is the cat?'")
+                raise InputError("the query has no tokens", "type the question, e.g. 'something red' or 'the top left'")
             return qwen_embed(self.session, [ids]).astype(np.float32)
         enc = self.tokenizer.encode(text)
         inputs = {"input_ids": np.asarray([enc.ids], np.int64), "attention_mask": np.asarray([enc.attention_mask], np.int64)}
