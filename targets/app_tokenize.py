@@ -136,14 +136,24 @@ def rendered_tables() -> dict[Path, str]:
 
 # ---- reading the input -------------------------------------------------------------------------------
 
+TEXT_MAX_BYTES = 16 << 20  # queries, one a line: 16 MB is some 300,000 of them
+
+
 def read_lines(path: Path) -> list[str]:
     """The text file's lines: UTF-8, split on "\\n" only (a "\\r" stays in its line), a final "\\n"
-    ending the last line rather than starting an empty one."""
-    fix = "pass a UTF-8 text file, one query per line"
+    ending the last line rather than starting an empty one. At most TEXT_MAX_BYTES are read (a
+    larger file is refused by its size, before a byte is read)."""
+    fix = f"pass a UTF-8 text file, one query per line, of at most {TEXT_MAX_BYTES >> 20} MB"
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > TEXT_MAX_BYTES:
+                raise InputError(f"the text file {path} is {size / 2**20:.0f} MB, over {TEXT_MAX_BYTES >> 20} MB", fix)
+            data = f.read(TEXT_MAX_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read the text file {path}: {exc.strerror or exc}", fix) from exc
+    if len(data) > TEXT_MAX_BYTES:  # grew while read (a FIFO, a file being written)
+        raise InputError(f"the text file {path} is over {TEXT_MAX_BYTES >> 20} MB", fix)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -189,9 +199,24 @@ def read_tokenizer(path: Path) -> CheckedTokenizer:
     except Exception as exc:  # the crate raises plain Exception with serde's message
         raise InputError(f"tokenizers refuses {path}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
                          TOKENIZER_FIX) from exc
-    model = json.loads(data).get("model")  # safe now: the crate parsed it (serde limits nesting to 128)
+    parsed = json.loads(data)  # safe now: the crate parsed it (serde limits nesting to 128)
+    _check_added_ids(path, parsed, crate)
+    model = parsed.get("model")
     specials = crate.post_processor.num_special_tokens_to_add(False) if crate.post_processor else 0
     return CheckedTokenizer(data, str(model.get("type", "")) if isinstance(model, dict) else "", specials)
+
+
+def _check_added_ids(path: Path, parsed: dict, crate) -> None:
+    """The apps give an added token the id its entry in `added_tokens` names; the crate keeps that id
+    only when it is the token's own (its vocabulary's, or the next free one after it) and numbers it
+    itself otherwise, so the same file would answer differently: refused, naming both ids."""
+    for entry in parsed.get("added_tokens") or ():
+        content, named = entry.get("content"), entry.get("id")
+        given = crate.token_to_id(content) if isinstance(content, str) else None
+        if given is not None and given != named:
+            raise InputError(f"{path}: added token {content[:40]!r} is id {named} in its added_tokens, but tokenizers "
+                             f"numbers it {given}; the apps read the file's id, so their ids would differ",
+                             f"give {content[:40]!r} id {given} in added_tokens (or remove it)")
 
 
 def max_length_for(tokenizer: CheckedTokenizer, asked: int | None | str) -> int | None:

@@ -146,3 +146,39 @@ def test_a_world_writable_cache_home_gets_nothing_made_in_it(tmp_path, monkeypat
     with pytest.raises(private_cache.CacheUnusable, match="not sticky"):
         private_cache.user_cache_dir("android-classes")
     assert list(xdg.iterdir()) == []
+
+
+@needs_minilm
+@pytest.mark.parametrize("app", app_tokenize.APPS)
+def test_an_added_token_whose_id_the_crate_does_not_keep_is_refused(tmp_path, app):
+    """An added special token the vocabulary lacks ("Where": the vocabulary is lower case) named with
+    id 2003: the crate numbers it 30522 (after the vocabulary), the app read 2003 and answered
+    [101, 2003, ...] where Python answers [101, 30522, ...]. One id each way is one line, exit 2."""
+    from tokenizers import Tokenizer
+
+    d = _minilm()
+    d["added_tokens"].append({"id": 2003, "content": "Where", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True})
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(d), encoding="utf-8")
+    assert Tokenizer.from_file(str(path)).encode("Where is it").ids[:2] == [101, 30522]
+    text = tmp_path / "q.txt"
+    text.write_text("Where is it\n")
+    proc = _invoke("--app", app, "--tokenizer", str(path), "--text-file", str(text))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = one_line(proc)
+    assert "added token 'Where' is id 2003 in its added_tokens, but tokenizers numbers it 30522" in line, line
+    d["added_tokens"][-1]["id"] = 30522  # the crate's own number: accepted
+    path.write_text(json.dumps(d), encoding="utf-8")
+    assert app_tokenize.read_tokenizer(path).model_type == "WordPiece"
+
+
+@needs_minilm
+def test_a_huge_text_file_is_refused_by_its_size(tmp_path):
+    """A 3 GB sparse --text-file: refused by its size in one line, never read (MemoryError before)."""
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(3 << 30)
+    proc = _invoke("--app", "android", "--tokenizer", str(MINILM), "--text-file", str(big))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "is 3072 MB, over 16 MB" in one_line(proc)
