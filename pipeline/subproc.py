@@ -46,7 +46,8 @@ def run(cmd: list[str], fixed_layout: bool = False, **kwargs) -> subprocess.Comp
     return subprocess.run(cmd, preexec_fn=_setup(fixed_layout), start_new_session=False, **kwargs)
 
 
-def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+def popen(cmd: list[str], own_session: bool = False, **kwargs) -> subprocess.Popen:
     """subprocess.Popen, tied to this process's life: for a child that serves several requests.
-    PR_SET_PDEATHSIG follows the thread that starts it, so start it from the thread that uses it."""
-    return subprocess.Popen(cmd, preexec_fn=_setup(False), start_new_session=False, **kwargs)
+    PR_SET_PDEATHSIG follows the thread that starts it, so start it from the thread that uses it.
+    own_session: the terminal's Ctrl-C reaches only this process, which passes it on itself."""
+    return subprocess.Popen(cmd, preexec_fn=_setup(False), start_new_session=own_session, **kwargs)

@@ -325,6 +325,7 @@ def test_a_tasks_last_line_reaches_the_terminal_while_another_thread_silences_fd
     script = (
         "import threading\n"
         "from arrcoc_edge.frontends import cli, redirect\n"
+        "owner = redirect.command_line(); owner.__enter__()\n"  # a command's process, as under cli.guarded
         "held, done = threading.Event(), threading.Event()\n"
         "def hold():\n"
         "    with redirect.fds_to(None):\n"

@@ -30,10 +30,13 @@ def _child(code: str, *args: str, timeout: int = 600) -> subprocess.CompletedPro
 
 def test_overlapping_silencers_on_two_threads_restore_fds():
     """A enters, B enters, A leaves, B leaves (forced by events): the process's fds 1 and 2 are
-    the terminal's again, not the /dev/null the second one saw while the first held them."""
+    the terminal's again, not the /dev/null the second one saw while the first held them (under
+    the command line, the one owner that may move them)."""
     _child("""
         import os, threading
+        from arrcoc_edge.frontends import redirect
         from arrcoc_edge.frontends.predict import third_party_quiet
+        owner = redirect.command_line(); owner.__enter__()  # as cli.guarded, for the rest of this process
         a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
         def first():
             with third_party_quiet(False):
@@ -58,8 +61,10 @@ def test_a_build_log_and_a_quiet_predict_on_two_threads_restore_fds(tmp_path, or
     _child("""
         import os, sys, threading
         from pathlib import Path
+        from arrcoc_edge.frontends import redirect
         from arrcoc_edge.frontends.console import build_console
         from arrcoc_edge.frontends.predict import third_party_quiet
+        owner = redirect.command_line(); owner.__enter__()  # as cli.guarded, for the rest of this process
         out, log_first = Path(sys.argv[1]), sys.argv[2] == "log first, leaves first"
         first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
         def quiet():

@@ -61,18 +61,21 @@ def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint
           base_model: str | os.PathLike | None = None, progress: bool = False, verbose: bool = False) -> BuildResult:
     """`invoke build` as a function: every option of the command, as keyword arguments. Returns a
     typed result (a failed gate is result.ok False, not an exception); bad options raise InputError
-    (or another ArrcocError) before anything is built. progress=True shows the live progress."""
-    options = {"calibration_dir": calibration, "calibration_queries": calibration_queries, "grid": grid, "top_k": top_k, "base_model": base_model}
-    raw, root = build_stages(targets, checkpoint, out, {k: v for k, v in options.items() if v is not None},
-                             verbose, show=progress)
+    (or another ArrcocError) before anything is built. progress=True shows the live progress.
+    It runs in a child process (frontends/child_build.py): the caller's fds 1 and 2, signal
+    handlers and threads stay its own, and any thread may call it."""
+    from arrcoc_edge.frontends import child_build
     from arrcoc_edge.publishing.reading import read_manifest
 
-    return BuildResult(raw.ok, root, {s.target.name: _target_result(s) for s in raw.stages}, read_manifest(root),
-                       raw.seconds, raw.exported_cache_hit)
-
-
-def _target_result(stage) -> TargetResult:
-    return TargetResult(stage.status, stage.reason, {r.variant.name: r.status for r in stage.variants}, stage.seconds)
+    options = {"calibration_dir": calibration, "calibration_queries": calibration_queries, "grid": grid, "top_k": top_k, "base_model": base_model}
+    path = lambda value: os.fspath(value) if isinstance(value, os.PathLike) else value  # noqa: E731
+    request = {"targets": None if targets is None else str(targets), "checkpoint": path(checkpoint), "out": path(out),
+               "options": {k: path(v) for k, v in options.items() if v is not None},
+               "verbose": bool(verbose), "progress": bool(progress)}
+    raw = child_build.run(request, bool(progress), bool(verbose))["result"]
+    root = Path(raw["out"])
+    return BuildResult(raw["ok"], root, {name: TargetResult(**t) for name, t in raw["targets"].items()},
+                       read_manifest(root), raw["seconds"], raw["exported_cache_hit"])
 
 
 def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: bool = True):

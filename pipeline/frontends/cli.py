@@ -88,7 +88,8 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
     previous = {s: signal.signal(s, locking.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         _announce_ready()
-        code = task() or 0
+        with redirect.command_line():  # the process is the command's: its fds 1 and 2 may be quieted
+            code = task() or 0
         locking.check_interrupted()  # one lost after the task's last check still ends as an interrupt
         return code
     except ArrcocError as exc:
