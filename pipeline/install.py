@@ -14,6 +14,9 @@ from pathlib import Path
 CORE = Path(__file__).resolve().parent  # the package `arrcoc_edge`: pipeline/ in a checkout
 ROOT = CORE.parent                      # the checkout, or site-packages
 CHECKOUT = (ROOT / "pyproject.toml").is_file() and (ROOT / "constraints.txt").is_file()
+# the command a person types with this copy, as fixes name it: Invoke's tasks in a checkout, the
+# console script once installed (a fix naming `invoke` or a checkout path helps no pip user)
+COMMAND = "invoke" if CHECKOUT else "arrcoc-edge"
 TARGETS = ROOT / "targets" if CHECKOUT else CORE / "targets"  # the package `arrcoc_edge.targets`
 # this project's own Python code, folder -> the module prefix it holds (the same in both layouts)
 CODE = {CORE: "arrcoc_edge", TARGETS: "arrcoc_edge.targets"}

@@ -13,6 +13,7 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from arrcoc_edge import install
 from arrcoc_edge.errors import InputError
 
 ISOLATION_HEADERS = {
@@ -97,7 +98,8 @@ class QuietServer(ThreadingHTTPServer):
 def make_server(folder: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False) -> ThreadingHTTPServer:
     folder = Path(folder)
     if not (folder / "index.html").is_file():
-        raise InputError(f"{folder} has no index.html", "build the site first: invoke build --target web")
+        raise InputError(f"{folder} has no index.html",
+                         f"build the site first: {install.COMMAND} build --target web --out {folder.parent}")
     handler = functools.partial(IsolatedHandler, directory=str(folder))
     try:
         server = QuietServer((host, port), handler)

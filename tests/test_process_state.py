@@ -176,3 +176,21 @@ def test_a_failing_build_from_a_thread_is_its_typed_error_and_the_programs_print
     assert kind == "CheckpointError" and line.startswith("checkpoint error: ") and str(bad) in line, lines[count]
     assert lines[count + 1:] == [f"lines {count}"]
     assert "build.log" not in proc.stdout + proc.stderr
+
+
+def test_a_command_in_a_deleted_working_folder_is_one_line_or_works(tmp_path):
+    """A shell still in a folder that was deleted: a relative path is one line naming the fix (it
+    was `internal error: FileNotFoundError`, and an installed package's import itself raised);
+    absolute paths work there."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    tool = str(VENV_BIN / "arrcoc-edge")
+    script = (f'cd "{gone}" && rmdir "{gone}" && "{tool}" verify --out relative/out; echo "rc=$?" >&2; '
+              f'"{tool}" verify --out "{tmp_path / "none"}"; echo "rc=$?" >&2')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    relative, absolute = proc.stderr.split("rc=")[0], proc.stderr.split("\n", 2)[-1]
+    assert proc.stderr.splitlines()[:2] == [
+        "input error: the working folder no longer exists (it was deleted after the shell entered it) -> fix: "
+        "cd into an existing folder, or pass absolute paths, and run the command again", "rc=2"], proc.stderr
+    assert proc.stderr.splitlines()[2].startswith(f"input error: no manifest in {tmp_path / 'none'}"), absolute
+    assert proc.stderr.splitlines()[3] == "rc=2" and "Traceback" not in proc.stderr, relative

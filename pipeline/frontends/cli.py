@@ -116,6 +116,10 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
             # "TypeError: expected str, bytes or os.PathLike object, not BufferedReader", 3 s into a
             # build): the user asked to stop, and that is what happened first.
             return _stopped(name, locking.interrupted())
+        gone = _working_folder_gone()
+        if gone is not None:  # a relative path met a deleted working folder: the cause, not its symptom
+            redirect.to_terminal(gone.one_line())
+            return gone.exit_code
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         redirect.to_terminal(f"internal error: {type(exc).__name__}: {first} -> fix: rerun with --verbose and "
                              "report the traceback")
@@ -124,6 +128,19 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         locking.reset_interrupts()  # the record belongs to this task only
+
+
+def _working_folder_gone():
+    """The InputError for a working folder deleted after the shell entered it (os.getcwd() fails, so
+    does every relative path), or None. Absolute paths still work there."""
+    from arrcoc_edge.errors import InputError
+
+    try:
+        os.getcwd()
+    except OSError:
+        return InputError("the working folder no longer exists (it was deleted after the shell entered it)",
+                          "cd into an existing folder, or pass absolute paths, and run the command again")
+    return None
 
 
 def _stopped(name: str, why: str) -> int:

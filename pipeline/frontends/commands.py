@@ -210,7 +210,8 @@ def bench(c, out=None, runs=None, verbose=False, photos=None):
     _exit(cli.bench(out, runs, verbose, photos))
 
 
-@task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors)",
+@task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors in a checkout, "
+                   "./arrcoc-v0.1-trained.safetensors once installed)",
             "steps": "Adam steps (default: arrcoc_edge.training.train.Recipe.steps)",
             "seed": "initialisation and batch-order seed (default 0); same seed -> same bytes",
             "verbose": VERBOSE})

@@ -18,7 +18,9 @@ REPO, CHECKOUT = install.ROOT, install.CHECKOUT
 # The trained checkpoint (`invoke train`, metrics in its metadata). arrcoc-v0.1-default is the
 # seeded initialisation it started from, kept as the untrained baseline (pipeline/training/train.py).
 DEFAULT_CHECKPOINT = install.project_folder("checkpoints", install.CORE) / "arrcoc-v0.1-trained.safetensors"
-DEFAULT_OUT = REPO / "artifacts" if CHECKOUT else Path.cwd() / "artifacts"
+# Installed: ./artifacts, resolved against the working folder when a command uses it, never at
+# import (a deleted working folder made every command a traceback before its first line).
+DEFAULT_OUT = REPO / "artifacts" if CHECKOUT else Path("artifacts")
 
 MAX_BENCH_RUNS = 100_000
 MAX_BENCH_PHOTOS = 100_000  # photos written to a temporary folder for `invoke bench`'s folder run

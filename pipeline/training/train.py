@@ -52,17 +52,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from arrcoc_edge import install
 from arrcoc_edge.errors import CheckpointError
 from arrcoc_edge.relevance.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
 from arrcoc_edge.relevance.model import WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model
 from arrcoc_edge.training import scenes as sc
 from arrcoc_edge.training.features import Features, ablated, features, maps_of, pairs_of
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
+# The checkout's checkpoints/, or the copy bundled in an installed package (read only there: the
+# trained checkpoint goes to the working folder, never into site-packages).
+CHECKPOINTS = install.project_folder("checkpoints", install.CORE)
+DEFAULT_OUT = (CHECKPOINTS if install.CHECKOUT else Path()) / "arrcoc-v0.1-trained.safetensors"
 # The untrained baseline is named here, not taken from cli.DEFAULT_CHECKPOINT: that default
 # may become the trained checkpoint, and then "untrained" would silently mean "trained".
-UNTRAINED_CHECKPOINT = REPO / "checkpoints" / "arrcoc-v0.1-default.safetensors"
+UNTRAINED_CHECKPOINT = CHECKPOINTS / "arrcoc-v0.1-default.safetensors"
 QUERY_KINDS = sc.KINDS
 FAMILIES = sc.FAMILIES
 MODELS = ("trained", "untrained", "query_blind", "trained_const_query")

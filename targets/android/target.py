@@ -37,6 +37,7 @@ import shutil
 from pathlib import Path
 
 from arrcoc_edge.errors import ExportError, HostCapabilityError, OutputDirError
+from arrcoc_edge.install import COMMAND
 from arrcoc_edge.stages.golden import write_bundle
 from arrcoc_edge.stages.parity import Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
@@ -98,7 +99,7 @@ def check_bundle(data: dict, folder: Path) -> list[str]:
     sample = data["app"]["sample_image"]
     if not (Path(folder) / sample).is_file():
         raise ExportError(f"contract.json names the sample photo {sample}, which is missing",
-                          "rebuild with `invoke build --target android`")
+                          f"rebuild with `{COMMAND} build --target android`")
     return checks + [f"golden bundle ({', '.join(data['golden'].values())}) and {sample} present"]
 
 
@@ -213,7 +214,9 @@ class AndroidTarget(Target):
             raise OutputDirError(
                 f"cannot write the Android app's assets to {dest} ({type(exc).__name__}: {exc.strerror or exc}); "
                 "nothing was published for android",
-                "point ARRCOC_ANDROID_APP_DIR at a writable folder, or unset it to use mobile/android/app/src/main/assets",
+                "point ARRCOC_ANDROID_APP_DIR at a writable folder, or unset it to use "
+                + (f"{sources.sample_app('android')}/{ASSETS_FOLDER}" if sources.CHECKOUT else
+                   "copy nothing into an app (an installed package has none): the bundle stays in --out"),
             ) from exc
         ctx.log(f"[{self.name}] copied the app assets to {dest}")
         if kept:
@@ -228,7 +231,7 @@ class AndroidTarget(Target):
         for key, entry in sorted(data["artifacts"].items()):
             if (ctx.staging / entry["file"]).read_bytes() != upstream[key].read_bytes():
                 raise ExportError(f"{entry['file']} differs from the executorch stage's {key} file",
-                                  "rebuild with `invoke build --target android`")
+                                  f"rebuild with `{COMMAND} build --target android`")
             check_method_meta(ctx.staging / entry["file"], ctx.config)
         checks.append(f"{', '.join(sorted(a['file'] for a in data['artifacts'].values()))}: identical to the "
                       f"executorch stage's files; I/O contract (MethodMeta, ExecuTorch {executorch_version()} runtime) matches")
@@ -237,6 +240,6 @@ class AndroidTarget(Target):
         return checks
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
-        raise HostCapabilityError(NO_DEVICE, "open mobile/android in Android Studio and run "
+        raise HostCapabilityError(NO_DEVICE, f"open {sources.sample_app('android')} in Android Studio and run "
                                              "`./gradlew connectedAndroidTest` on a device or emulator "
-                                             "(mobile/README.md, Android)")
+                                             f"({sources.sample_app('README.md')}, Android)")

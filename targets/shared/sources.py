@@ -28,6 +28,12 @@ def app_folder(relative: str) -> Path | None:
     return MOBILE / relative if CHECKOUT else None
 
 
+def sample_app(relative: str) -> str:
+    """Where a person finds the sample app `mobile/<relative>`, as a fix names it: the checkout's
+    folder, or the copy an installed package bundles (site-packages/.../bundled/mobile/<relative>)."""
+    return f"mobile/{relative}" if CHECKOUT else str(MOBILE / relative)
+
+
 def shown(path: Path) -> str:
     """A path as messages show it: relative to the checkout or package root when under it."""
     path = Path(path)
