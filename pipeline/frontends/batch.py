@@ -42,23 +42,26 @@ def photo_inputs(values: list[str]) -> tuple[list[Path], bool]:
 
 
 def folder_photos(folder: Path) -> list[Path]:
+    """The folder's entries named as photos, in name order: every one but a subfolder, so that one
+    that is no photo file (a FIFO, a link to a device, a link loop) is read, refused and counted
+    as a skipped photo, never silently left out."""
     from PIL import Image
 
     Image.init()
     known = Image.registered_extensions()
     with os.scandir(folder) as entries:  # cheap checks (name, extension) before any stat
         names = sorted(e.name for e in entries if not e.name.startswith(".")
-                       and os.path.splitext(e.name)[1].lower() in known and _file_or_unreadable(e))
+                       and os.path.splitext(e.name)[1].lower() in known and not _folder(e))
     return [folder / name for name in names]
 
 
-def _file_or_unreadable(entry: os.DirEntry) -> bool:
-    """A regular file, or an entry that cannot be examined (a link loop, no permission): the latter
-    is kept so that reading it fails as one skipped, counted photo, never the whole run."""
+def _folder(entry: os.DirEntry) -> bool:
+    """A subfolder (through a link too); an entry that cannot be examined is not (kept, it fails as
+    one skipped photo)."""
     try:
-        return entry.is_file()
+        return entry.is_dir()
     except OSError:
-        return True
+        return False
 
 
 def heatmap_folder(value: str, photos: list[Path], inputs: list[Path], root: Path, n_queries: int,
@@ -170,5 +173,12 @@ def line(p, query: str | None) -> str:
     h, w = p.image_size
     (row, col), weights = p.top_k[0], p.weights
     asked = f", query {query!r}" if query is not None else ""
-    return (f"{p.source}: {h} x {w} px{asked}, top cell ({row},{col}) {p.relevance[row, col]:.3f}, "
+    return (f"{one_line_name(p.source)}: {h} x {w} px{asked}, top cell ({row},{col}) {p.relevance[row, col]:.3f}, "
             + ", ".join(f"{k} {v:.3f}" for k, v in weights.items()))
+
+
+def one_line_name(path) -> str:
+    """A photo's path as it stays on one line: a character that breaks a line (a newline in a file
+    name, a carriage return, U+2028) is written as its escape, as error lines write it."""
+    text = str(path)
+    return "".join(repr(c)[1:-1] if len(f"a{c}a".splitlines()) > 1 else c for c in text)

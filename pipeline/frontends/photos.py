@@ -38,8 +38,21 @@ def photo_pixels(photo) -> tuple[np.ndarray, Path | None]:
 
 def _file_pixels(path: Path) -> np.ndarray:
     if not str(path).strip() or not path.is_file():
-        raise InputError(f"photo {str(path)!r} is not a file", "pass the path of an existing photo file")
+        raise InputError(f"photo {str(path)!r} is not a file{_kind(path)}", "pass the path of an existing photo file")
     return load_photo(path)
+
+
+def _kind(path: Path) -> str:
+    """What a path that is no regular file is, for its refusal: ' (a FIFO)', ' (a device)'..."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "")
+    return f" ({kind})" if kind else ""
 
 
 def _image_pixels(image) -> np.ndarray:
