@@ -220,6 +220,14 @@ def build_inputs(checkpoint: Path, options: dict) -> list[Path]:
                                                                             "base_model") if options.get(k) is not None)]
 
 
+def write_places(targets: list[Target], registry: dict[str, Target]) -> list[tuple[str, Path]]:
+    """Every folder this build writes into besides its output: the temporary folder, the cache, and
+    what the targets (their dependencies included) name, for outputs_guard.check_places."""
+    from arrcoc_edge.publishing.outputs_guard import build_places
+
+    return [*build_places(), *(place for target in plan(targets, registry) for place in target.write_places())]
+
+
 def run_build(
     targets: list[Target],
     registry: dict[str, Target],
@@ -238,7 +246,7 @@ def run_build(
 
     started = time.monotonic()
     options = options or {}
-    check_out_folder(out, build_inputs(checkpoint, options))
+    check_out_folder(out, build_inputs(checkpoint, options), write_places(targets, registry))
     takeover.prepare_out_dir(out)
     handlers = {s: signal.signal(s, locking.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     published_before = None

@@ -83,7 +83,7 @@ def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: b
     them), then the build with third-party output in OUT's build.log. `invoke build` prints its
     table from this; build() turns it into the typed BuildResult."""
     from arrcoc_edge import targets as target_table
-    from arrcoc_edge.building.build import build_inputs, run_build
+    from arrcoc_edge.building.build import build_inputs, run_build, write_places
     from arrcoc_edge.frontends import options as opts
     from arrcoc_edge.frontends.console import build_console
     from arrcoc_edge.frontends.options import DEFAULT_CHECKPOINT, DEFAULT_OUT
@@ -103,7 +103,7 @@ def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: b
     root = opts.out_folder(None if out is None else os.fspath(out), DEFAULT_OUT)
     ckpt = opts.checkpoint_path(None if checkpoint is None else os.fspath(checkpoint), DEFAULT_CHECKPOINT)
     # a refused --out writes nothing: checked before the console creates the state and its build.log
-    check_out_folder(root, build_inputs(ckpt, options))
+    check_out_folder(root, build_inputs(ckpt, options), write_places(requested, target_table.TARGETS))
     with build_console(state_dir(root), verbose, show) as console:
         result = run_build(requested, target_table.TARGETS, ckpt, root, log=console.log, strict=names != ["all"],
                            options=options)

@@ -157,13 +157,49 @@ def _is_manifest(path: Path) -> bool:
         return False
     return isinstance(data, dict) and isinstance(data.get("checkpoint"), dict) and isinstance(data.get("targets"), dict)
 
+def build_places() -> list[tuple[str, Path]]:
+    """The folders every build writes into besides --out, each with the setting that names it:
+    the temporary folder and the user's cache (the targets add theirs: Target.write_places)."""
+    import tempfile
 
-def check_out_folder(out: Path, inputs: list[Path]) -> None:
+    from arrcoc_edge.stages.private_cache import CacheUnusable, cache_base
+
+    places = [("the temporary folder (TMPDIR)", Path(tempfile.gettempdir()))]
+    try:
+        places.append(("the cache (XDG_CACHE_HOME)", cache_base()))
+    except CacheUnusable:  # no cache at all: nothing is written there
+        pass
+    return places
+
+
+def check_places(out: Path, places: list[tuple[str, Path]]) -> None:
+    """Every folder a task writes into besides its output (an app folder, the cache, the temporary
+    folder: `places`, each with the setting that names it) refused with one line when it is or lies
+    inside a publish, a kept release (a renamed or copied output folder) or a state, or inside
+    `out` itself, however it is spelled or mounted: the one rule --out, --json and --heatmap keep."""
+    from arrcoc_edge.errors import OutputDirError
+
+    ours = {identity(p) for p in (out, folder_state.state_dir(out))} - {None}
+    spelled = {Path(os.path.abspath(p)) for p in (out, folder_state.state_dir(out))}
+    for what, place in places:
+        chain = [Path(os.path.abspath(place)), *ancestors(place)]
+        inside = next((marked(f) for f in chain if f.is_dir() and marked(f)), None)
+        if inside is None and (ours & {identity(f) for f in chain} or spelled & set(chain)):
+            inside = out
+        if inside is not None:
+            raise OutputDirError(f"{what} {place} lies inside the output folder {inside} (or its state)",
+                                 "point it at a folder outside every published folder and kept release")
+
+
+def check_out_folder(out: Path, inputs: list[Path], places: list[tuple[str, Path]] = ()) -> None:
     """The output folder of build or merge (as folder_state.output_path resolved it), refused with one
     line before anything is written (no state folder, no build.log): it may not lie inside a
     publish or a state, be a bind mount of one, be or lie inside an input folder, or hold an
-    input (`inputs`: the checkpoint, calibration images, the parts); then takeover.check_takeover."""
+    input (`inputs`: the checkpoint, calibration images, the parts); then takeover.check_takeover.
+    `places`: the other folders the task writes into (check_places)."""
     from arrcoc_edge.errors import OutputDirError
+
+    check_places(out, places)
 
     source = mount_source(out, mounts())
     inside = next((marked(f) for f in ([source, *source.parents] if source else []) if marked(f)), None)

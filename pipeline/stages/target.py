@@ -137,6 +137,11 @@ class Target:
     def check_options(self, options: dict, config) -> None:
         """Raise InputError for bad user options; runs before any stage of the build."""
 
+    def write_places(self) -> list[tuple[str, Path]]:
+        """Folders this target writes into besides --out, each with the setting that names it
+        (e.g. an app folder): outputs_guard refuses one inside a publish before the build starts."""
+        return []
+
     def build(self, ctx: BuildContext) -> list[Variant]:
         raise NotImplementedError
 

@@ -222,6 +222,10 @@ class AndroidTarget(Target):
         if kept:
             ctx.log(f"[{self.name}] note: kept {', '.join(kept)} in {dest}: written by an earlier build, changed since")
 
+    def write_places(self) -> list[tuple[str, Path]]:
+        app = app_assets_dir()
+        return [] if app is None else [("the Android app folder (ARRCOC_ANDROID_APP_DIR)", app)]
+
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
         from arrcoc_edge.targets.executorch import check_method_meta

@@ -198,6 +198,10 @@ class IosTarget(Target):
         if kept:
             ctx.log(f"[{self.name}] note: kept {', '.join(kept)} in {dest}: written by an earlier build, changed since")
 
+    def write_places(self) -> list[tuple[str, Path]]:
+        app = app_resources_dir()
+        return [] if app is None else [("the iOS app folder (ARRCOC_IOS_APP_DIR)", app)]
+
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
         checks = check_packages(data, ctx.staging)
