@@ -565,6 +565,8 @@ def test_a_task_that_writes_refuses_a_kept_release_and_writes_nothing(task, tmp_
     code, _, err = invoke(*argv)
     line = assert_one_line(code, err)
     assert "kept release" in line and f"{out}" in line, line
+    # true for every task: predict and serve read a release too, and the fix fits clean as well as build
+    assert "only reads it (verify, predict, serve)" in line and f"pass --out {out} to build or clean there" in line
     assert tree(tmp_path) == before
 
 

@@ -83,9 +83,11 @@ def output_path(value: str, release_ok: bool = False) -> Path:
     if any(p.endswith(STATE_SUFFIX) for p in path.parts):
         owner = kept_release(Path(os.path.abspath(value)))
         if owner is not None:
-            raise OutputDirError(f"--out {value!r} is a kept release (generation {owner[1]} of {owner[0]}), which "
-                                 "only verify reads", f"build into {owner[0]}, or copy the release first "
-                                 f"(cp -rL {value} NEW) and pass --out NEW")
+            raise OutputDirError(f"--out {value!r} is a kept release (generation {owner[1]} of {owner[0]}): the tool "
+                                 "only reads it (verify, predict, serve), never writes into it or removes it",
+                                 f"pass --out {owner[0]} to build or clean there (the release stays while this link "
+                                 f"leads to it; delete the link to let the next build remove it), or copy the release "
+                                 f"first (cp -rL {value} NEW) and pass --out NEW")
         if not os.path.lexists(path):  # `mv OUT sub/v1`: OUT's relative link resolves nowhere there
             raise OutputDirError(f"--out {value!r} is a link to {path}, which does not exist (a release link moved "
                                  "away from its output folder)", "make it resolve: the build that kept its "
