@@ -103,3 +103,108 @@ def test_the_import_contracts_hold():
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "lint_imports.py")], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+# ---- pages that say what is true now: no issue numbers, no first person, a glossary, a changelog ----
+
+USER_PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "mobile" / "README.md"]
+# A reader cannot open this project's issues: "issue 42", "issues 30-31", "(#38)". An upstream
+# reference written with its repository (microsoft/onnxruntime#25786) is one a reader can find.
+ISSUE = re.compile(r"\b[Ii]ssues?[ -]?#?\d+|(?<![\w/.&-])#\d+\b")
+# First person: I (not I/O), we, our, ours. Pages speak of the tool, the build, the user.
+FIRST_PERSON = re.compile(r"\bI\b(?!/)|\b[Ww]e\b|\b[Oo]urs?\b")
+
+
+def _prose_lines(page: Path):
+    """(line number, text) of the page outside fenced code blocks (commands may say anything)."""
+    text = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), page.read_text(encoding="utf-8"))
+    yield from enumerate(text.splitlines(), 1)
+
+
+def test_the_rules_catch_what_they_are_for():
+    assert ISSUE.search("the tie rule (issue 28)") and ISSUE.search("see (#38)") and ISSUE.search("Issue 30: before")
+    assert not ISSUE.search("microsoft/onnxruntime#25786") and not ISSUE.search("[top-K](glossary.md#top-k)")
+    assert FIRST_PERSON.search("I tried training") and FIRST_PERSON.search("we measured") and FIRST_PERSON.search("Our tests")
+    assert not FIRST_PERSON.search("the I/O contract") and not FIRST_PERSON.search("Iowa, weights, four")
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_user_pages_name_no_issue_numbers_and_speak_in_no_first_person(page):
+    """The pages were a lab notebook: 'issue 31', 'I tried', 'our checkpoints'. History goes to
+    CHANGELOG.md; a page says what is true now, of the tool and the user."""
+    found = [f"{page.relative_to(REPO)}:{n}: {m.group(0)!r} in {line.strip()[:90]!r}"
+             for n, line in _prose_lines(page) for rule in (ISSUE, FIRST_PERSON) for m in rule.finditer(line)]
+    assert not found, "\n".join(found)
+
+
+GLOSSARY = REPO / "docs" / "glossary.md"
+GLOSSARY_TERMS = ("arr-coc", "ways-of-knowing", "tension-balancer", "golden-set", "top-k", "grid-cell-g-and-16g", "qdq",
+                  "int8-and-a16w8", "generation", "ledger", "parity", "gate", "statuses-published-unverified-failed",
+                  "r-precision")
+
+
+def test_the_glossary_defines_the_project_s_terms():
+    """ARR-COC, the ways of knowing, tension balancer, golden set, top-K, G and 16·G, QDQ, A16W8,
+    generation, ledger, 'rel max', R-precision, parity, gate and the statuses were used unexplained."""
+    anchors = _anchors(GLOSSARY)
+    assert [t for t in GLOSSARY_TERMS if t not in anchors] == []
+    text = GLOSSARY.read_text(encoding="utf-8")
+    for words in ("information", "perspectival", "participatory", "rel max", "16·G", "A16W8", "published", "unverified", "failed"):
+        assert words in text, words
+
+
+@pytest.mark.parametrize("page", [p for p in USER_PAGES if p.name != "README.md" and p != GLOSSARY],
+                         ids=lambda p: p.relative_to(REPO).as_posix())
+def test_each_page_links_the_glossary_and_its_terms_resolve(page):
+    """Every page but the README (its quick start) leads to the glossary; every glossary link names a
+    term the glossary defines (test_every_relative_link_resolves checks the same for any anchor)."""
+    links = [href for href in _links(page) if href.partition("#")[0].endswith("glossary.md")]
+    assert links, f"{page.relative_to(REPO)} links nothing in docs/glossary.md"
+    anchors = _anchors(GLOSSARY)
+    assert [h for h in links if h.partition("#")[2] and h.partition("#")[2] not in anchors] == []
+
+
+def test_the_changelog_has_dated_entries_newest_first():
+    """History moved out of the pages goes to one CHANGELOG.md, each entry under its date."""
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    dates = re.findall(r"^## (\d{4}-\d{2}-\d{2})\s*$", text, re.M)
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert dates and len(dates) == len(headings), f"every entry is a date: {headings}"
+    assert dates == sorted(dates, reverse=True) and len(set(dates)) == len(dates), dates
+    from datetime import date
+    assert all(date.fromisoformat(d) <= date.today() for d in dates)
+    assert all(re.search(r"^- ", section, re.M) for section in re.split(r"^## \d{4}-\d{2}-\d{2}\s*$", text, flags=re.M)[1:])
+
+
+def test_the_held_out_pairs_in_the_guarantees_are_the_build_s():
+    """docs/guarantees.md said 31 held-out samples where the build printed 63: 31 vector samples
+    and one sentence sample per held-out sentence (each sample but the 12 MP one at least once)."""
+    from arrcoc_edge.stages import golden, sentences
+
+    vectors = len(golden.HELDOUT_PHOTOS) * len(golden.CROPS) + len(golden.WHOLE_HELDOUT)
+    usable = vectors - sum(1 for name, _, _ in golden.WHOLE_HELDOUT if name in golden.NO_SENTENCE)
+    said = max(usable, len(sentences.HELDOUT))
+    page = " ".join((REPO / "docs" / "guarantees.md").read_text(encoding="utf-8").split())
+    assert f"{vectors} vector samples + {said} sentence samples = {vectors + said}" in page
+
+
+def test_the_ios_xctest_count_is_the_code_s():
+    """mobile/README.md said 13 XCTests where CoreTests held 15; it names each class's count."""
+    counts = {path.stem: len(re.findall(r"^\s*func test\w*\(", path.read_text(encoding="utf-8"), re.M))
+              for path in sorted((REPO / "mobile" / "ios" / "CoreTests").glob("*.swift"))}
+    counts = {name: n for name, n in counts.items() if n}
+    page = " ".join((REPO / "mobile" / "README.md").read_text(encoding="utf-8").split())
+    assert f"the {sum(counts.values())} XCTests of `CoreTests`" in page
+    assert "(" + ", ".join(f"{name} {n}" for name, n in counts.items()) + ")" in page
+
+
+def test_the_presets_in_training_md_are_the_page_s():
+    """docs/training.md's table of the page's presets listed 'a face', 'a cat', 'eyes'... after the
+    page had dropped them; its rows are the presets targets/web/site_files.py ships, in order."""
+    from arrcoc_edge.targets.web.site_files import PRESET_QUERIES
+
+    text = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    section = text[text.index("## On the sample photos"):]
+    section = section[:section.index("\n\n", section.index("| preset |"))]
+    rows = [row.split("|")[1].strip().strip("*") for row in section.splitlines() if row.startswith("| ")][1:]
+    assert rows == list(PRESET_QUERIES)
