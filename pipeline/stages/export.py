@@ -20,6 +20,7 @@ from torch.export import Dim
 
 from arrcoc_edge.relevance import model as model_module
 from arrcoc_edge.relevance.checkpoint import LoadedCheckpoint, sha256_file
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import ExportError
 from arrcoc_edge.relevance.signature import MAX_BATCH  # noqa: F401 - re-exported
 
@@ -137,7 +138,7 @@ def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path, log=lambda message: N
         exported.append(True)
         return {}
 
-    work = Path(tempfile.mkdtemp(prefix="arrcoc-edge-export-"))  # private (0700), removed below
+    work = scratch.make("arrcoc-edge-export-", family="arrcoc-")  # private (0700), removed below; swept after a kill -9
     try:
         convert_cached("export", {"export_key": key}, ("torch",), convert, work, log, keep=8)
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +151,7 @@ def export_cached(ckpt: LoadedCheckpoint, cache_dir: Path, log=lambda message: N
             if os.path.exists(tmp):
                 os.unlink(tmp)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        scratch.remove(work)
     origin = "exported" if exported else "reused from the conversion cache"
     return ExportedProgramFile(path, sha256_file(path), key, cache_hit=not exported, origin=origin)
 

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from arrcoc_edge import scratch
 from arrcoc_edge.relevance.digest import sha256_file
 
 MANIFEST = "entry.json"
@@ -193,13 +194,14 @@ def discard(path: Path) -> None:
 
 @contextlib.contextmanager
 def building(cache: Path, key: str):
-    """A fresh 0700 folder to build `key`'s entry in; removed unless the body renamed it away."""
-    work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache))
+    """A fresh 0700 folder to build `key`'s entry in; removed unless the body renamed it away. Its
+    lock file beside it (arrcoc_edge.scratch) lets the next build remove it after a kill -9: the
+    dot-folders of killed builds, whatever their key, never match an entry's name."""
+    work = scratch.make(f".{key}.", cache, family=".")
     try:
         yield work
     finally:
-        if work.exists():
-            shutil.rmtree(work, ignore_errors=True)
+        scratch.remove(work)
 
 
 def new_scratch(scratch: Path | None) -> Path:

@@ -22,13 +22,12 @@ import select
 import stat
 import statistics
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from arrcoc_edge import subproc
+from arrcoc_edge import scratch, subproc
 from arrcoc_edge.errors import GateError, HostCapabilityError
 from arrcoc_edge.stages.target import Runner
 
@@ -107,7 +106,7 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
 
     def run_many(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="arrcoc-arm64-") as tmp:
+        with scratch.TemporaryFolder("arrcoc-arm64-", family="arrcoc-") as tmp:  # swept after a kill -9
             folder = Path(tmp)
             arrays = {f"b{i}_{name}": np.ascontiguousarray(a) for i, b in enumerate(batches) for name, a in b.items()}
             shapes = [f"{len(b['image'])} x {b['image'].shape[1]}x{b['image'].shape[2]}" if "image" in b else "-"
@@ -149,7 +148,7 @@ class Emulator:
         self.cpu = CPUS[isa][0]
         self.root = root
         self.proc: subprocess.Popen | None = None
-        self.folder: tempfile.TemporaryDirectory | None = None
+        self.folder: scratch.TemporaryFolder | None = None
         self.stderr = None  # the worker's stderr, a file in `folder`: the last line names a failure
 
     def __enter__(self) -> Emulator:
@@ -160,7 +159,7 @@ class Emulator:
 
     def _start(self) -> subprocess.Popen:
         self.root = self.root or emulation_root()
-        self.folder = self.folder or tempfile.TemporaryDirectory(prefix="arrcoc-arm64-emu-")
+        self.folder = self.folder or scratch.TemporaryFolder("arrcoc-arm64-emu-", family="arrcoc-")
         home, sysroot = Path(self.folder.name), self.root / "sysroot"
         cmd = [str(self.root / "qemu-aarch64"), "-cpu", self.cpu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"),
                "-I", str(WORKER), str(self.root / "site")]

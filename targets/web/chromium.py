@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import base64
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import ExportError, HostCapabilityError
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -94,7 +94,7 @@ class PageSession:
         self._count = 0
         self.last_ms: float | None = None
         self.browser = CHROMIUM_HOST.acquire()
-        self.root = Path(tempfile.mkdtemp(prefix="arrcoc-page-"))
+        self.root = scratch.make("arrcoc-page-", family="arrcoc-")  # swept after a kill -9
         try:
             # Real files, not symlinks: the server (arrcoc_edge.serve) never follows a link out of the
             # folder it serves. Hard links cost nothing; a copy where the site is on another disk.
@@ -175,6 +175,6 @@ class PageSession:
                 step()
             except Exception:  # noqa: BLE001 - closing what did start; the first error is what matters
                 pass
-        shutil.rmtree(self.root, ignore_errors=True)
+        scratch.remove(self.root)
 
 
