@@ -201,10 +201,21 @@ def _copy_checked(entry: Path, sealed: dict[str, dict], work: Path) -> str | Non
     for rel in sorted(sealed):
         copy = work / rel
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(entry / rel, copy, follow_symlinks=False)
+        _copy_regular(entry / rel, copy)
         if copy.stat().st_size != sealed[rel]["bytes"] or sha256_file(copy) != sealed[rel]["sha256"]:
             return f"{rel} changed since it was sealed"
     return None
+
+
+def _copy_regular(source: Path, copy: Path) -> None:
+    """Copy `source` only when it is a regular file: never through a link, never blocking on a FIFO
+    (an entry's files were checked by lstat, but what is opened is what counts)."""
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise private_cache.UnsoundEntry(f"{source.name} is not a plain file")
+        with open(copy, "xb") as out:
+            shutil.copyfileobj(f, out, 1 << 20)
 
 
 def _store(cache: Path, key: str, work: Path, record: dict, note: Callable[[str], None]) -> None:
