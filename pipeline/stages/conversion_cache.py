@@ -191,7 +191,7 @@ def _reuse(entry: Path, key: str, work: Path, note: Callable[[str], None]) -> di
 def _copy_checked(entry: Path, sealed: dict[str, dict], work: Path) -> str | None:
     """Copy the entry's sealed files into `work`, then hash the copies; why they are not exactly
     what the seal says (sizes first, from lstat, before a byte is copied), or None."""
-    found = private_cache._entry_files(entry)
+    found = private_cache.entry_files(entry)
     if set(found) != set(sealed) or INFO not in sealed:
         extra, missing = sorted(set(found) - set(sealed)), sorted(set(sealed) - set(found))
         return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"

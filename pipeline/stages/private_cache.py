@@ -142,7 +142,7 @@ def check_entry(entry: Path, key: str) -> str | None:
         return problem
     try:
         files = read_seal(entry, key)
-        found = _entry_files(entry)
+        found = entry_files(entry)
         if set(found) != set(files):
             extra, missing = sorted(set(found) - set(files)), sorted(set(files) - set(found))
             return f"files not sealed: {extra[:3]}, sealed files missing: {missing[:3]}"
@@ -157,7 +157,7 @@ def check_entry(entry: Path, key: str) -> str | None:
     return f"{changed[0]} changed since it was sealed" if changed else None
 
 
-def _entry_files(entry: Path) -> dict[str, int]:
+def entry_files(entry: Path) -> dict[str, int]:
     """{relative path: bytes} of the entry's regular files (its manifest aside), from lstat alone;
     raises UnsoundEntry for a link or anything that is neither a folder nor a regular file."""
     found = {}
