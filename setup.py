@@ -41,6 +41,7 @@ setup(
     package_dir={**CODE, **{name: folder for name, (folder, _) in BUNDLED.items()}},
     exclude_package_data=GENERATED,
     # the tokenizer corpus the mobile stages' tokenizer tests run on (targets/shared/sources.py)
-    package_data={"arrcoc_edge.targets.shared": ["tokenizer_corpus.txt"],
+    # and the C++ runner's source, whose sha256 names the runner a set-up built (et_runner.py)
+    package_data={"arrcoc_edge.targets.shared": ["tokenizer_corpus.txt", "et_runner.cpp"],
                   **{name: patterns for name, (_, patterns) in BUNDLED.items()}},
 )

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import importlib.metadata
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
 
+from arrcoc_edge.targets.shared import arm64, et_runner
 from arrcoc_edge.targets.shared.onnx_common import param_bytes
 
 FP32_FILE = "model_fp32.pte"
@@ -239,6 +241,9 @@ class ExecutorchTarget(Target):
     modules = ("executorch", "torchao")
     capability = "cpu (ExecuTorch Python runtime with XNNPACK)"
 
+    def check_options(self, options: dict, config) -> None:
+        arm64.timeout_s()  # a bad ARRCOC_ARM64_TIMEOUT is one line before any stage runs
+
     def build(self, ctx: BuildContext) -> list[Variant]:
         from arrcoc_edge.stages.conversion_cache import convert_cached
 
@@ -263,6 +268,16 @@ class ExecutorchTarget(Target):
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return pte_runner(variant.files[0], variant.info["max_batch"])
+
+    def other_isas(self, ctx: BuildContext, variant: Variant) -> dict:
+        # the phone runs the .pte on XNNPACK's ARM kernels: the same gate there, through the C++ runner
+        # (the runtime's C++ API) under qemu-user, one emulated process per CPU model for the stage
+        if arm64.host_runs_arm64():
+            return {}
+        side = ctx.config.image_size if SQUARE_METHOD in variant.info.get("methods", {}) else None
+        process = lambda isa: ctx.kept(f"et-runner {isa}", lambda: et_runner.RunnerProcess(isa))  # noqa: E731
+        return {isa: (lambda isa=isa: cpp_runner(variant.files[0], variant.info["max_batch"], side, process(isa), isa))
+                for isa in et_runner.CPUS}
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
                          model: bytes | None = None) -> Runner:
@@ -298,7 +313,36 @@ class ExecutorchTarget(Target):
                                    compare_to=one("fp32") if name != "fp32" else None, speed_note=note))
             cases.append(BenchCase(default(name), runner.run, None, max_batch=runner.max_batch,
                                    compare_to=default("fp32") if name != "fp32" else None, speed_note=note))
+            cases += cpp_bench_case(path, max_batch, name, note)
         return cases
+
+
+def cpp_bench_case(path: Path, max_batch: int, name: str, note: str | None) -> list:
+    """The .pte in the project's C++ runner on one thread: what an app's native code pays with no
+    Python, beside the Python bindings' 1-thread row. None where set-up built no runner here."""
+    from arrcoc_edge.errors import HostCapabilityError
+    from arrcoc_edge.stages.target import BenchCase
+
+    try:
+        et_runner.runner_tree()
+    except HostCapabilityError:
+        return []
+    import atexit
+
+    process = et_runner.RunnerProcess(None, threads=1)
+    atexit.register(process.close)
+    program = _program(path)  # the 16G method's side, read as pte_runner reads it
+    side = (int(program.load_method(SQUARE_METHOD).metadata.input_tensor_meta(0).sizes()[1])
+            if SQUARE_METHOD in program.method_names else None)
+
+    def run(inputs: dict) -> float:  # an untimed call, then the timed one, both in the runner
+        image = np.ascontiguousarray(inputs["image"], dtype=np.uint8)
+        method = et_runner.method_for(image, side)
+        return et_runner.timed(process, path, [image, np.ascontiguousarray(inputs["query"], dtype=np.float32)], method)
+
+    label = lambda n: f"executorch {n} (C++ runner, 1 thread)"  # noqa: E731
+    return [BenchCase(label(name), run, 1, self_timed=True, warm_call=False, max_batch=max_batch,
+                      compare_to=label("fp32") if name != "fp32" else None, speed_note=note)]
 
 
 class PoolWorker:
@@ -472,3 +516,27 @@ def pte_runner(path: Path | bytes, max_batch: int) -> Runner:
         return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
 
     return Runner(run, f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)", max_batch=max_batch)
+
+
+def cpp_runner(path: Path, max_batch: int, square_side: int | None, process: et_runner.RunnerProcess,
+               isa: str | None = None) -> Runner:
+    """`path` in the project's C++ runner (`process`: this host's or an emulated CPU model's), every
+    batch of a split in one request stream; the 16G method for photos of that size, as pte_runner."""
+    runner = Runner(run=lambda inputs: run_many([inputs])[0], runtime="", max_batch=max_batch)
+    runner.facts = {"cpu": et_runner.CPUS[isa][1]} if isa else {}
+
+    def run_many(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        started, results, calls = time.monotonic(), [], []
+        for batch in batches:
+            image = np.ascontiguousarray(batch["image"], dtype=np.uint8)
+            method = et_runner.method_for(image, square_side)
+            outs, answer = process.request(path, method, [image, np.ascontiguousarray(batch["query"], dtype=np.float32)])
+            results.append(dict(zip(OUTPUT_NAMES, outs)))
+            calls.append({"batch": f"{image.shape[0]} x {image.shape[1]}x{image.shape[2]}", "ms": round(answer["first_ms"], 1)})
+        runner.runtime = f"ExecuTorch {version()} C++ runtime (XNNPACK + portable kernels, 1 thread), {process.label}"
+        runner.facts.update(calls=len(calls), call_ms=calls, wall_s=round(time.monotonic() - started, 1),
+                            ms_per_call_median=round(float(np.median([c["ms"] for c in calls])), 1) if calls else None)
+        return results
+
+    runner.run_many = run_many
+    return runner

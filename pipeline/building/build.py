@@ -115,9 +115,10 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
         by_isa[host_isa()] = {"measured": True, "runtime": runner.runtime, "passed": not failures,
                               "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"},
                               "facts": host_cpu()}
+        host_failed = bool(failures)  # this host's own verdict: one ISA's failure does not skip the next
         for isa, load in loaders.items():
             by_isa[isa] = verify_on_isa(target.name, isa, load, variant, heldout, expected, got, ctx.log,
-                                        host_failed=bool(failures))
+                                        host_failed=host_failed)
             failures += [f"{isa}: {f}" for f in by_isa[isa].get("failures", [])]
     if failures:
         status = "failed"

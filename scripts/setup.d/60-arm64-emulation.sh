@@ -25,7 +25,7 @@ root=$(realpath -m "${ARRCOC_ARM64_ROOT:-/var/cache/arrcoc-edge/arm64-bookworm}"
 marker=$root/.arrcoc-arm64-ready     # keep in step with targets/shared/arm64.py READY_MARKER
 pins=$(grep -E '^(onnxruntime|numpy)==' constraints.txt | sort | tr '\n' ' ')
 # RECIPE: bump it when what this script fetches changes, so a root made by the old recipe is made again
-RECIPE=1
+RECIPE=2
 want="recipe $RECIPE; wheels: ${pins% }"
 if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
     exit 0
@@ -97,6 +97,9 @@ for deb in "$new"/sysroot/deb/*.deb; do
     dpkg-deb -x "$deb" "$new/sysroot"
 done
 rm -rf "$new/sysroot/deb" "$new/qemu" "$new"/apt-*
+# an absolute link (python3.11's sitecustomize.py -> /etc/...) resolves on the host, not in the
+# sysroot: it would run a file from outside the tree, which the run trusts whole (trusted_tree.py)
+find "$new/sysroot" -type l -lname '/*' -delete
 
 # the registry's aarch64 wheels, at constraints.txt's pins (pip resolves their dependencies there)
 PYTHON=python3.11

@@ -52,6 +52,7 @@ class OnnxInt8Target(Target):
     depends_on = ("onnx",)
 
     def check_options(self, options: dict, config) -> None:
+        arm64.timeout_s()  # a bad ARRCOC_ARM64_TIMEOUT is one line before any stage runs
         if options.get("calibration_dir"):
             user_calibration_split(Path(options["calibration_dir"]), config)  # every file must decode
 

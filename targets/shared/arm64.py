@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import select
-import stat
 import statistics
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from arrcoc_edge import scratch, subproc
-from arrcoc_edge.errors import GateError, HostCapabilityError
+from arrcoc_edge.errors import GateError, HostCapabilityError, SettingsError
 from arrcoc_edge.stages.target import Runner
+from arrcoc_edge.targets.shared.trusted_tree import check_tree
 
 ISA = "aarch64 (emulated)"
 # The qemu CPU models each model is checked on. onnxruntime's MLAS picks its int8 GEMM by the CPU's
@@ -52,10 +54,20 @@ def root_path() -> Path:
 
 
 def timeout_s() -> float:
-    try:
-        return float(os.environ.get("ARRCOC_ARM64_TIMEOUT", DEFAULT_TIMEOUT_S))
-    except ValueError:
+    """ARRCOC_ARM64_TIMEOUT, seconds a stage's emulated run may take (unset or empty: the default).
+    A value that is not a finite number > 0 is the user's setting to fix, refused before any work
+    (the targets call this from check_options), never a gate failure later."""
+    text = os.environ.get("ARRCOC_ARM64_TIMEOUT", "").strip()
+    if not text:
         return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"ARRCOC_ARM64_TIMEOUT={text[:40]!r} is not a number of seconds > 0",
+                            f"set it to a positive number of seconds (default {DEFAULT_TIMEOUT_S}) or unset it")
+    return value
 
 
 def host_runs_arm64() -> bool:
@@ -64,25 +76,18 @@ def host_runs_arm64() -> bool:
 
 
 def emulation_root() -> Path:
-    """The emulation root, checked before it is trusted: complete (marker), and every path the run
-    executes or imports owned by this user or root and writable by no one else (a shared cache
-    another user could write would run their code in this build)."""
+    """The emulation root, checked before it is trusted: complete (marker, the files the run starts),
+    and trusted whole (trusted_tree.check_tree: every one of its thousands of files owned by this
+    user or root and writable by no one else, no link out of it), once per process and marker."""
     root = root_path()
     if not root.is_dir():
         raise HostCapabilityError(f"no arm64 emulation on this host ({root} is missing)", SETUP_FIX)
     if not (root / READY_MARKER).is_file():
         raise HostCapabilityError(f"the arm64 emulation at {root} is incomplete (no {READY_MARKER})", SETUP_FIX)
-    me = os.getuid()
-    for path in (root, root / READY_MARKER, root / "qemu-aarch64", root / "sysroot", root / "sysroot/usr/bin/python3.11",
-                 root / "site", root / "site/onnxruntime", root / "site/numpy"):
-        try:
-            st = os.lstat(path)
-        except OSError:
-            raise HostCapabilityError(f"the arm64 emulation at {root} lacks {path.relative_to(root)}", SETUP_FIX) from None
-        if stat.S_ISLNK(st.st_mode) or st.st_uid not in (me, 0) or st.st_mode & 0o022:
-            raise HostCapabilityError(
-                f"the arm64 emulation at {root} is not trusted: {path} is a link, another user's, or writable by others",
-                f"remove {root}, then {SETUP_FIX}")
+    for path in (root / "qemu-aarch64", root / "sysroot/usr/bin/python3.11", root / "site/onnxruntime", root / "site/numpy"):
+        if not os.path.lexists(path):
+            raise HostCapabilityError(f"the arm64 emulation at {root} lacks {path.relative_to(root)}", SETUP_FIX)
+    check_tree(root, READY_MARKER, "the arm64 emulation", SETUP_FIX)
     return root
 
 
@@ -117,9 +122,7 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
                     facts = own.run(model, folder, limit)
             else:
                 facts = emulator.run(model, folder, limit)
-            with np.load(folder / "outputs.npz") as data:
-                results = [{key.split("_", 1)[1]: data[key] for key in data.files if key.startswith(f"b{i}_")}
-                           for i in range(len(batches))]
+            results = _read_outputs(folder / "outputs.npz", len(batches), root)
         runner.runtime = (f"onnxruntime {facts['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, 1 thread) "
                           f"on {facts['machine']} under {qemu} -cpu {cpu}")
         calls = facts["call_ms"]
@@ -135,6 +138,22 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
 
     runner.run_many = run_many
     return runner
+
+
+def _read_outputs(path: Path, count: int, root: Path) -> list[dict[str, np.ndarray]]:
+    """Each batch's outputs from the worker's outputs.npz; an unreadable file or a batch without
+    outputs is the emulation's failure to report (not measured), not the model's."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            results = [{key.split("_", 1)[1]: data[key] for key in data.files if key.startswith(f"b{i}_")}
+                       for i in range(count)]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise HostCapabilityError(f"the arm64 emulation at {root} wrote an unreadable outputs.npz ({type(exc).__name__})",
+                                  f"remove {root}, then {SETUP_FIX}") from None
+    if not all(results):
+        raise HostCapabilityError(f"the arm64 emulation at {root} wrote outputs.npz without every batch's outputs",
+                                  f"remove {root}, then {SETUP_FIX}")
+    return results
 
 
 class Emulator:
@@ -183,8 +202,18 @@ class Emulator:
         request = {"model": str(Path(model).resolve()), "inputs": str(folder / "inputs.npz"),
                    "outputs": str(folder / "outputs.npz"), "facts": str(facts_path)}
         answer = self._ask(json.dumps(request), limit, model)
-        facts = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
+        facts = _read_facts(facts_path)
+        if answer == "done" and not facts:
+            self._stop(kill=True)
+            raise HostCapabilityError(f"the arm64 emulation at {self.root} answered {Path(model).name} with an unreadable "
+                                      "facts.json", f"remove {self.root}, then {SETUP_FIX}")
         if answer == "done" and facts.get("stage") == "done":
+            missing = [k for k, kind in FACTS.items() if not isinstance(facts.get(k), kind)]
+            if missing or not (folder / "outputs.npz").is_file():
+                self._stop(kill=True)  # what it says cannot be trusted: the next model starts a fresh one
+                what = f"facts.json without {', '.join(missing)}" if missing else "no outputs.npz"
+                raise HostCapabilityError(f"the arm64 emulation at {self.root} answered {Path(model).name} with {what}",
+                                          f"remove {self.root}, then {SETUP_FIX}")
             return facts
         code = self._stop()
         self.stderr.seek(0)
@@ -238,6 +267,19 @@ class Emulator:
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
+
+
+# what a finished run's facts.json must hold, and of which type (arm64_worker.py writes them)
+FACTS = {"machine": str, "onnxruntime": str, "python": str, "load_ms": (int, float), "call_ms": list}
+
+
+def _read_facts(path: Path) -> dict:
+    """The worker's facts.json; {} when it is missing or is not a JSON object (nothing is trusted)."""
+    try:
+        facts = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return facts if isinstance(facts, dict) else {}
 
 
 def _exit(code: int) -> str:
