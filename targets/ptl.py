@@ -99,6 +99,11 @@ def _load(path: Path | bytes):
         return _load_for_lite_interpreter(io.BytesIO(path) if isinstance(path, bytes) else str(path))
 
 
+# Why the .ptl is checked on this host's kernels only (the manifest records it beside the variant)
+ARM64_NOTE = ("not checked on arm64 here: the Lite Interpreter runs inside torch, and the registry's aarch64 "
+              "torch wheel is a CUDA build (several GB of NVIDIA libraries) that qemu-user cannot usefully run")
+
+
 class PtlTarget(Target):
     name = "ptl"
     summary = "PyTorch Lite Interpreter .ptl (TorchScript trace, any batch)"
@@ -117,7 +122,8 @@ class PtlTarget(Target):
                             SQUARE_METHOD: "photos of exactly 16G x 16G only: no resize, the same numbers bit for bit, "
                                            "faster; the runner calls it for such photos"},
                 "square_side": ctx.config.image_size,
-                "optimize_for_mobile": False, "parameters_require_grad": False, "deprecated": self.notes}
+                "optimize_for_mobile": False, "parameters_require_grad": False, "deprecated": self.notes,
+                "arm64": ARM64_NOTE}
         return [Variant("fp32", [path], gate, budget, primary=True, info=info)]
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:

@@ -212,7 +212,13 @@ def test_emulator_answer_without_outputs_or_facts_is_not_measured(monkeypatch, t
     assert ("no outputs.npz" if lie == "no-outputs" else "an unreadable facts.json") in caught.value.problem
 
 
-# ---- the executorch stage's .pte files on arm64 (the session's shared `--target android,ios` build)
+# ---- the executorch stage's .pte files on arm64 (the session's shared `--target executorch,ptl` build,
+# tests/test_executorch_ptl.py's too)
+
+
+@pytest.fixture(scope="module")
+def et_build(shared_build):
+    return shared_build("executorch,ptl")
 
 
 def _executorch_variants(out: Path) -> dict:
@@ -222,13 +228,15 @@ def _executorch_variants(out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_every_published_pte_records_parity_per_isa(android_build):
+def test_every_published_pte_records_parity_per_isa(et_build):
     """fp32 and int8 .pte: x86 and both emulated CPU models in parity.by_isa, each held to the same
     gate, the report's per-ISA table showing them."""
+    import json
+
     from arrcoc_edge.targets.shared import et_runner
 
     _tree_or_skip()
-    out = android_build.out
+    out = et_build.out
     for name, v in _executorch_variants(out).items():
         by_isa = v["parity"]["by_isa"]
         assert set(by_isa) == {"x86_64", *et_runner.CPUS}, name
@@ -241,10 +249,13 @@ def test_every_published_pte_records_parity_per_isa(android_build):
     page = (out / "report.html").read_text()
     for isa in et_runner.CPUS:
         assert f"data-isa-target='executorch' data-isa-variant='int8' data-isa='{isa}'" in page
+    # the Lite Interpreter stays on x86, and the manifest says why
+    ptl = json.loads((out / "manifest.json").read_text())["targets"]["ptl"]["variants"]["fp32"]
+    assert "by_isa" not in ptl["parity"] and "aarch64 torch wheel is a CUDA build" in ptl["info"]["arm64"]
 
 
 @pytest.mark.slow
-def test_a_pte_that_fails_only_on_arm_is_not_published(android_build, make_ctx):
+def test_a_pte_that_fails_only_on_arm_is_not_published(et_build, make_ctx):
     """The fp32 .pte, held to the lossless gate, passes on x86; on the ARM kernels a deliberately
     altered program runs in its place (the int8 .pte: the same contract, quantised numbers). The
     measured ARM failure fails the variant and the stage (nothing published, the android stage that
@@ -258,12 +269,12 @@ def test_a_pte_that_fails_only_on_arm_is_not_published(android_build, make_ctx):
     from arrcoc_edge.targets.shared import et_runner
 
     _tree_or_skip()
-    variants = _executorch_variants(android_build.out)
+    variants = _executorch_variants(et_build.out)
     ctx = make_ctx()
     staged = {}
     for name in ("fp32", "int8"):
         staged[name] = ctx.staging / Path(variants[name]["files"][0]).name
-        shutil.copyfile(android_build.out / variants[name]["files"][0], staged[name])
+        shutil.copyfile(et_build.out / variants[name]["files"][0], staged[name])
     fp32 = Variant("fp32", [staged["fp32"]], LOSSLESS, staged["fp32"].stat().st_size * 2, primary=True,
                    info=variants["fp32"]["info"])
     altered = Variant("fp32", [staged["int8"]], LOSSLESS, fp32.size_budget, info=variants["int8"]["info"])
@@ -284,3 +295,11 @@ def test_a_pte_that_fails_only_on_arm_is_not_published(android_build, make_ctx):
         assert any(f.startswith(f"{isa}: relevance_max_abs=") for f in report.failures), report.failures
     assert all(f.split(": ", 1)[0] in et_runner.CPUS for f in report.failures)
     assert report.status == "failed" and stage.status == "failed" and not stage.publishable
+
+
+@pytest.mark.slow
+def test_coreml_says_why_it_is_not_run_on_arm64(ios_build):
+    import json
+
+    coreml = json.loads((ios_build.out / "manifest.json").read_text())["targets"]["coreml"]["variants"]
+    assert coreml and all("Core ML's runtime exists only on Apple's systems" in v["info"]["arm64"] for v in coreml.values())

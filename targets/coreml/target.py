@@ -278,6 +278,11 @@ def gate_for(variant: str, budget: int) -> Gate:
     return Gate({**base.maxima, "size_bytes": budget}, base.minima, base.tie_tolerance)
 
 
+# Why the package is checked as a MIL program here, never on ARM kernels (recorded in the manifest)
+ARM64_NOTE = ("not run on arm64 here: Core ML's runtime exists only on Apple's systems (macOS, iOS); this host "
+              "evaluates the MIL program with the project's NumPy evaluator (a reference check) on its own kernels")
+
+
 class CoremlTarget(Target):
     name = "coreml"
     summary = ("CoreML .mlpackage (ML Program, iOS17, flexible batch and photo size): FP32, FP16 and "
@@ -298,7 +303,7 @@ class CoremlTarget(Target):
             budget = size_budget(ctx, name)
             variants.append(Variant(
                 name, files, gate_for(name, budget), budget, primary=name == "fp32", topk_dtype="int32",
-                info=self._info(ctx.staging / PACKAGE_NAMES[name], name),
+                info={**self._info(ctx.staging / PACKAGE_NAMES[name], name), "arm64": ARM64_NOTE},
             ))
         return variants
 
