@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
-from arrcoc_edge.errors import ArrcocError
+from arrcoc_edge.errors import ArrcocError, BuildInterrupted
 
 
 def child_main() -> None:
     """The child: the request from stdin, the build as `invoke build` runs it, the outcome on the
     descriptor named by argv[1]. Its exit code is the command's."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # until guarded's own: nothing is written before it
+        signal.signal(sig, lambda signum, frame: os._exit(BuildInterrupted.exit_code))
     from arrcoc_edge.frontends import cli
     from arrcoc_edge.frontends.api import build_stages
 
