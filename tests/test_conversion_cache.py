@@ -335,3 +335,48 @@ def test_the_key_names_every_library_a_converter_calls_into():
     tools = cc.tool_versions(*ONNX_TOOLS)
     assert tools["onnx-ir"] == version("onnx-ir") and tools["sympy"] == version("sympy")
     assert cc.tool_versions("onnx_ir") == cc.tool_versions("onnx-ir")  # one distribution, however spelt
+
+
+FULL_DISK_EXPORT = """
+import sys, torch
+from pathlib import Path
+from arrcoc_edge.errors import ArrcocError
+from arrcoc_edge.stages.export import save_program
+program = torch.export.export(torch.nn.Linear(300, 300), (torch.zeros(2, 300),))  # 360 KB of weights
+try:
+    save_program(program, Path(sys.argv[1]) / "x.pt2")
+except ArrcocError as exc:
+    print(exc.one_line())
+"""
+
+
+def test_an_export_onto_a_full_disk_is_one_line_not_an_abort(tmp_path):
+    """torch.export.save straight to a 300 KB tmpfs aborts the process (SIGABRT from its zip writer's
+    destructor); save_program writes the bytes itself: an ExportError naming the folder."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed to give the test a full file system")
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    script = tmp_path / "save.py"
+    script.write_text(FULL_DISK_EXPORT)
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=300k tmpfs "{tiny}" && '
+                           f'exec "{sys.executable}" "{script}" "{tiny}"'], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("export error: cannot write the exported program "), proc.stdout
+    assert "No space left on device" in proc.stdout
+
+
+def test_a_program_saved_through_memory_loads_back(tmp_path):
+    import torch
+
+    from arrcoc_edge.stages.export import save_program
+
+    model = torch.nn.Linear(3, 2)
+    save_program(torch.export.export(model, (torch.ones(2, 3),)), tmp_path / "p.pt2")
+    back = torch.export.load(tmp_path / "p.pt2").module()
+    x = torch.arange(6.0).reshape(2, 3)
+    assert torch.equal(back(x), model(x))

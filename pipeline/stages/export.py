@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import io
 import os
 import shutil
 import tempfile
@@ -166,4 +167,17 @@ def _export_to(ckpt: LoadedCheckpoint, path: Path) -> None:
         ) from exc
     # The example inputs are most of the file's size and are not needed to reload it.
     program.example_inputs = None
-    torch.export.save(program, path)
+    save_program(program, path)
+
+
+def save_program(program: torch.export.ExportedProgram, path: Path) -> None:
+    """torch.export.save into memory, then the bytes written by Python: torch's zip writer aborts
+    the whole process (SIGABRT, its destructor throws) when the disk fills up under it, where a
+    write from here is an OSError and one line."""
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    try:
+        path.write_bytes(buffer.getbuffer())
+    except OSError as exc:
+        raise ExportError(f"cannot write the exported program {path} ({exc.strerror or type(exc).__name__})",
+                          f"free space in {path.parent} (a temporary folder: set TMPDIR to a folder with room)") from exc
