@@ -14,6 +14,7 @@ stops; the child dies with the parent (subproc.popen).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ def run(request: dict, progress: bool, verbose: bool) -> dict:
     from arrcoc_edge import subproc
 
     read_end, write_end = os.pipe()
-    inherit = progress and _stdout_is_fd1_terminal()  # rich's live table needs the terminal itself
+    inherit = (progress or verbose) and _stdout_is_fd1_terminal()  # rich's live table needs the terminal itself
     try:
         proc = subproc.popen([sys.executable, "-c", _ENTRY, str(write_end)], own_session=True,
                              stdin=subprocess.PIPE, stdout=None if inherit else subprocess.PIPE,
@@ -45,12 +46,13 @@ def run(request: dict, progress: bool, verbose: bool) -> dict:
     pumps = [threading.Thread(target=_read_all, args=(read_end, outcome), daemon=True),
              threading.Thread(target=_relay, args=(proc.stderr, sys.stderr if verbose else None, tail), daemon=True)]
     if not inherit:
-        pumps.append(threading.Thread(target=_relay, args=(proc.stdout, sys.stdout if progress else None, None),
-                                      daemon=True))
+        shown = sys.stdout if progress or verbose else None  # verbose: the build's lines and everything else
+        pumps.append(threading.Thread(target=_relay, args=(proc.stdout, shown, None), daemon=True))
     for pump in pumps:
         pump.start()
-    proc.stdin.write(json.dumps(request, default=str).encode())
-    proc.stdin.close()
+    with contextlib.suppress(BrokenPipeError):  # a child that died at once says so by its exit below
+        proc.stdin.write(json.dumps(request, default=str).encode())
+        proc.stdin.close()
     _wait(proc)
     for pump in pumps:
         pump.join()
