@@ -303,3 +303,22 @@ def test_coreml_says_why_it_is_not_run_on_arm64(ios_build):
 
     coreml = json.loads((ios_build.out / "manifest.json").read_text())["targets"]["coreml"]["variants"]
     assert coreml and all("Core ML's runtime exists only on Apple's systems" in v["info"]["arm64"] for v in coreml.values())
+
+
+@pytest.mark.slow
+def test_bench_times_the_cpp_runner_beside_the_python_bindings(et_build, golden):
+    """`invoke bench`'s executorch cases: per variant, the C++ runner on one thread beside the
+    bindings' one-thread row, timed inside the runner (self-timed), int8 compared with fp32."""
+    import json
+
+    from arrcoc_edge.targets import TARGETS
+
+    _tree_or_skip()
+    entry = json.loads((et_build.out / "manifest.json").read_text())["targets"]["executorch"]
+    cases = {c.runtime: c for c in TARGETS["executorch"].bench_cases(et_build.out, entry)}
+    for name in ("fp32", "int8"):
+        cpp, python = cases[f"executorch {name} (C++ runner, 1 thread)"], cases[f"executorch {name} (1 thread)"]
+        assert cpp.threads == 1 and cpp.self_timed and not cpp.warm_call and cpp.max_batch == python.max_batch
+        assert cpp.compare_to == (None if name == "fp32" else "executorch fp32 (C++ runner, 1 thread)")
+        ms = cpp.run(golden.heldout.inputs(0, 1))
+        assert isinstance(ms, float) and 0 < ms < 60_000
