@@ -89,11 +89,13 @@ def test_bad_calibration_queries_is_one_line_and_builds_nothing(tmp_path, conten
     assert not out.exists() and not (tmp_path / ".out.arrcoc-edge").exists()
 
 
-def test_calibration_queries_are_read_once_and_recorded_by_name_and_digest(tmp_path, monkeypatch, exported):
-    """The file is read when it is checked, and those sentences are the ones the build uses: a file
-    changed after the check changes nothing (the build never reads it again), and the golden set's
-    description (the manifest's "golden") names the file and the sha256 of what was read. In this
-    process (build_stages, what build() runs in its child): `exported` made the export a cache hit."""
+def test_calibration_queries_are_read_once_and_recorded_by_name_and_digest(tmp_path, monkeypatch, checkpoint_path):
+    """The file is read when it is checked, and those sentences are the ones the build uses: the
+    file rewritten during the export (as the hostile pass did) changes nothing, and what reaches the
+    golden set names the file and the sha256 of what was read. In this process (build_stages, what
+    build() runs in its child); the export itself is skipped (a stand-in that only rewrites the file)."""
+    from types import SimpleNamespace
+
     import arrcoc_edge.building.build as build_module
     from arrcoc_edge.frontends import api
 
@@ -102,14 +104,18 @@ def test_calibration_queries_are_read_once_and_recorded_by_name_and_digest(tmp_p
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     used = {}
 
-    def golden_set(model, cfg, checkpoint, base_model, calibration_queries):
+    def export(ckpt, cache, log):
         path.write_text("only\ntwo\n")  # after the check: the build must not read the file again
+        return SimpleNamespace(path=cache / "program.pt2", origin="not exported (test)")
+
+    def golden_set(model, cfg, checkpoint, base_model, calibration_queries):
         used["queries"] = calibration_queries
         raise InputError("stop here", "the test needs nothing more")
 
+    monkeypatch.setattr(build_module, "export_cached", export)
     monkeypatch.setattr(build_module, "build_golden_set", golden_set)
     with pytest.raises(InputError, match="stop here"):
-        api.build_stages("onnx", None, tmp_path / "out", {"calibration_queries": path}, False, show=False)
+        api.build_stages("onnx", checkpoint_path, tmp_path / "out", {"calibration_queries": path}, False, show=False)
     assert list(used["queries"].sentences) == [f"where is thing number {i}?" for i in range(10)]
     assert used["queries"].describe() == {"path": str(path), "sha256": digest, "sentences": 10}
 
