@@ -162,3 +162,30 @@ def test_corrupt_pte_is_a_clear_error(tmp_path, loaded):
         et.check_method_meta(bad, loaded.config)
     line = info.value.one_line()
     assert "model.pte does not load in the ExecuTorch runtime" in line and "-> fix:" in line and "\n" not in line
+
+
+def test_verify_holds_each_runtimes_model_to_the_manifest_by_one_call(built, tmp_path, capsys):
+    """ExecuTorch and the Lite Interpreter declare no I/O shapes: verify asks each model by one call.
+    The true manifest verifies; one claiming grid 15 is a MISMATCH for every variant, and load()
+    refuses it in one line."""
+    import shutil
+
+    import arrcoc_edge
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.frontends.verify import _verify
+    from arrcoc_edge.publishing.folder_state import pinned
+
+    out, _, _ = built
+    assert _verify(out) == 0, capsys.readouterr().out
+    copy = tmp_path / "copy"
+    shutil.copytree(pinned(out), copy, symlinks=True)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["checkpoint"]["model"]["grid"] = 15
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert _verify(copy) == 3
+    found = [line for line in capsys.readouterr().out.splitlines() if line.startswith("MISMATCH")]
+    assert len(found) == 3 and all("the manifest says grid 15 (225 relevance values)" in line for line in found), found
+    for runtime in ("executorch", "ptl"):
+        with pytest.raises(InputError, match="is not the model its manifest describes"):
+            arrcoc_edge.load(copy, runtime=runtime)
