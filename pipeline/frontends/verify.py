@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from arrcoc_edge.install import COMMAND
+
 
 def _verify(root: Path) -> int:
     """Reads one generation: the one OUT links to when verify starts. A publish switching OUT
@@ -22,10 +24,10 @@ def _verify(root: Path) -> int:
         base = folder_state.pinned(root)
         manifest = reading.read_manifest(base)
         if not manifest:
-            raise InputError(f"no manifest in {root}", "run `invoke build` first")
+            raise InputError(f"no manifest in {root}", f"run `{COMMAND} build` first")
         if not manifest.get("targets"):  # an emptied or replaced manifest vouches for nothing
             raise InputError(f"the manifest in {root} lists no targets (it was emptied or replaced)",
-                             f"rebuild with `invoke build --out {root}` (or restore its manifest.json)")
+                             f"rebuild with `{COMMAND} build --out {root}` (or restore its manifest.json)")
         lines, bad, extra = check_published(base, manifest)
         if not bad:  # every file is the manifest's: now each model against what the manifest says of it
             found = model_claims(base, manifest, root)
@@ -36,7 +38,7 @@ def _verify(root: Path) -> int:
     files = sum(len(e.get("files", [])) for e in manifest["targets"].values())
     if bad:
         print(f"verify: {bad} problem{'s' if bad != 1 else ''} in {root}")
-        print(f"error: {bad} finding(s) differ from the manifest -> fix: rebuild with `invoke build` "
+        print(f"error: {bad} finding(s) differ from the manifest -> fix: rebuild with `{COMMAND} build` "
               f"(remove links, folders and files you added to {root})", file=sys.stderr)
         return 3
     also = (f"; {extra} file{'s' if extra != 1 else ''} there not published by arrcoc-edge (EXTRA above, "
