@@ -532,7 +532,7 @@ def cpp_runner(path: Path, max_batch: int, square_side: int | None, process: et_
             method = et_runner.method_for(image, square_side)
             outs, answer = process.request(path, method, [image, np.ascontiguousarray(batch["query"], dtype=np.float32)])
             results.append(dict(zip(OUTPUT_NAMES, outs)))
-            calls.append({"batch": f"{image.shape[0]} x {image.shape[1]}x{image.shape[2]}", "ms": round(answer["first_ms"], 1)})
+            calls.append({"batch": f"{image.shape[0]} x {image.shape[1]}x{image.shape[2]}", "ms": round(float(answer.get("first_ms", 0)), 1)})
         runner.runtime = f"ExecuTorch {version()} C++ runtime (XNNPACK + portable kernels, 1 thread), {process.label}"
         runner.facts.update(calls=len(calls), call_ms=calls, wall_s=round(time.monotonic() - started, 1),
                             ms_per_call_median=round(float(np.median([c["ms"] for c in calls])), 1) if calls else None)

@@ -322,3 +322,19 @@ def test_bench_times_the_cpp_runner_beside_the_python_bindings(et_build, golden)
         assert cpp.compare_to == (None if name == "fp32" else "executorch fp32 (C++ runner, 1 thread)")
         ms = cpp.run(golden.heldout.inputs(0, 1))
         assert isinstance(ms, float) and 0 < ms < 60_000
+
+
+def test_runner_answer_without_its_outputs_is_not_measured(tmp_path, monkeypatch):
+    """A runner that answers but wrote no output files (or wrong sizes) is not trusted: one typed
+    HostCapabilityError (not measured), never an untyped error."""
+    from arrcoc_edge.targets.shared import et_runner
+
+    _tree_or_skip()
+    fake = tmp_path / "runner.sh"  # answers every request with one claimed output it never wrote
+    fake.write_text('#!/bin/sh\nwhile read line; do echo \'{"outputs": [{"dtype": "f32", "shape": [3, 16]}], '
+                    '"load_ms": 0, "first_ms": 0, "call_ms": [], "threads": 1}\'; done\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(et_runner, "command", lambda isa, threads=1: ([str(fake)], "a runner that lies"))
+    with et_runner.RunnerProcess() as process:
+        with pytest.raises(HostCapabilityError, match="answered tiny.pte without readable outputs"):
+            process.request(TINY, "forward", _inputs())

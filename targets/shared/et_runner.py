@@ -123,8 +123,13 @@ class RunnerProcess:
             if "error" in answer:
                 raise GateError(f"{Path(model).name} does not run in the C++ ExecuTorch runtime ({self.label}): "
                                 f"{answer['error']}", "do not ship it; see the build log")
-            outputs = [np.fromfile(Path(tmp) / f"out{i}.bin", dtype=_NUMPY[o["dtype"]]).reshape(o["shape"])
-                       for i, o in enumerate(answer["outputs"])]
+            try:
+                outputs = [np.fromfile(Path(tmp) / f"out{i}.bin", dtype=_NUMPY[o["dtype"]]).reshape(o["shape"])
+                           for i, o in enumerate(answer["outputs"])]
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # what it says cannot be trusted
+                self._stop(kill=True)
+                raise HostCapabilityError(f"the C++ ExecuTorch runner ({self.label}) answered {Path(model).name} "
+                                          f"without readable outputs ({type(exc).__name__})", SETUP_FIX) from None
         return outputs, answer
 
     def _ask(self, line: str, model: Path) -> dict:
