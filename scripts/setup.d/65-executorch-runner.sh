@@ -62,7 +62,7 @@ fi
 start=$(date +%s)
 rm -rf --one-file-system "$root".partial.*   # only our own leftovers (a killed run's)
 new=$(mktemp -d "$root.partial.XXXXXX")
-trap '[ -n "${ARRCOC_KEEP_PARTIAL:-}" ] || rm -rf --one-file-system "$new"' EXIT
+trap 'rm -rf --one-file-system "$new"' EXIT
 
 mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 mirror=${mirror:-http://deb.debian.org/debian}
