@@ -38,7 +38,8 @@ def test_text_query_on_a_whole_photo_matches_the_model(out, photo, loaded, tmp_p
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "photo 300 x 451 px (height x width)" in proc.stdout and "information" in proc.stdout and "top-64 cells" in proc.stdout
     data = json.loads((tmp_path / "p.json").read_text())
-    assert set(data) == {"grid", "top_k", "image_size", "runtime", "relevance", "topk_indices", "weights"}
+    assert set(data) == {"grid", "top_k", "image_size", "runtime", "relevance", "topk_indices", "weights",
+                         "contrast", "stands_out"}
     assert data["image_size"] == [300, 451] and data["grid"] == 14 and data["top_k"] == 64
     assert len(data["relevance"]) == 196 and len(data["topk_indices"]) == 64 and len(data["weights"]) == 3
     # the same photo file and sentence through eager model.py: the artifact did the reference's resize
@@ -111,8 +112,8 @@ def test_a_changed_published_file_is_refused(out, photo, tmp_path):
     assert "differs from the manifest" in line and "invoke verify" in line
 
 
-def test_a_reader_that_goes_away_is_a_quiet_stop(out, photo):
-    """`invoke predict ... | head -1`: the pipe closes before the cells are printed."""
+def _closed_stdout(*args):
+    """`invoke predict ARGS | head -0`: stdout's reader is gone before the first line."""
     import os
     import subprocess
     import sys
@@ -122,11 +123,126 @@ def test_a_reader_that_goes_away_is_a_quiet_stop(out, photo):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run([sys.executable, "-m", "invoke", "predict", "--image", str(photo), "--query", "the cat",
-                               "--out", str(out)], cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+        return subprocess.run([sys.executable, "-m", "invoke", "predict", *args], cwd=REPO, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
     finally:
         os.close(write_end)
+
+
+def test_a_reader_that_goes_away_is_a_quiet_stop_and_the_files_are_written(out, photo, tmp_path):
+    """`invoke predict ... --json F --heatmap H | head -1`: the pipe closes before the summary is
+    printed; the JSON and the heatmap are written whole all the same."""
+    proc = _closed_stdout("--image", str(photo), "--query", "the top left", "--out", str(out),
+                          "--json", str(tmp_path / "p.json"), "--heatmap", str(tmp_path / "p.png"))
     assert proc.returncode == 141 and proc.stderr.strip() == "", proc.stderr
+    assert len(json.loads((tmp_path / "p.json").read_text())["relevance"]) == 196
+    with Image.open(tmp_path / "p.png") as heat:
+        heat.load()
+
+
+def test_a_folder_whose_reader_goes_away_still_writes_every_file(out, photo, tmp_path):
+    import shutil
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i in range(12):
+        shutil.copy(photo, folder / f"p{i:02d}.jpg")
+    proc = _closed_stdout("--image", str(folder), "--query", "the top left", "--out", str(out),
+                          "--json", str(tmp_path / "all.jsonl"), "--heatmap", str(tmp_path / "heat"))
+    assert proc.returncode == 141 and proc.stderr.strip() == "", proc.stderr
+    assert len((tmp_path / "all.jsonl").read_text().splitlines()) == 12
+    assert len(list((tmp_path / "heat").glob("*.heatmap.png"))) == 12
+
+
+@pytest.fixture(scope="module")
+def colour_photos(tmp_path_factory):
+    """A red disc on a grey, slightly noisy table, and the same table with nothing on it (PNG)."""
+    from PIL import ImageDraw
+
+    folder = tmp_path_factory.mktemp("colours")
+    rng = np.random.default_rng(0)
+    table = np.clip(128 + rng.normal(0, 7, (480, 640, 3)), 0, 255).astype(np.uint8)
+    Image.fromarray(table).save(folder / "plain.png")
+    disc = Image.fromarray(table)
+    ImageDraw.Draw(disc).ellipse((380, 60, 540, 220), fill=(220, 30, 30))
+    disc.save(folder / "red-disc.png")
+    return folder
+
+
+def test_stands_out_for_a_colour_that_is_there_and_not_otherwise(out, colour_photos):
+    """Through the published runtime (onnxruntime), as a Python caller and the JSON see it."""
+    import arrcoc_edge
+
+    with arrcoc_edge.load(out, "onnx") as model:
+        red = model.predict(colour_photos / "red-disc.png", "something red")
+        green = model.predict(colour_photos / "red-disc.png", "something green")
+        blue = model.predict(colour_photos / "red-disc.png", "something blue")
+        plain = model.predict(colour_photos / "plain.png", "something red")
+    assert red.stands_out and red.to_json()["stands_out"] is True
+    for nothing in (green, blue, plain):
+        assert not nothing.stands_out and nothing.to_json()["stands_out"] is False, nothing
+        assert nothing.contrast < red.contrast
+    assert red.relevance.max() == pytest.approx(1.0) and plain.relevance.max() == pytest.approx(1.0)  # the map cannot tell
+
+
+def test_predict_says_when_nothing_stands_out_and_lists_the_strongest_few(out, colour_photos, tmp_path):
+    proc = run_cli("predict", "--image", str(colour_photos / "plain.png"), "--query", "something red", "--out", str(out),
+                   "--json", str(tmp_path / "p.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "nothing in this photo stands out for 'something red'" in proc.stdout
+    assert "strongest 5 of the top-64 cells" in proc.stdout and "top-64 cells (row, col: relevance)" not in proc.stdout
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("  (")]) == 5
+    assert json.loads((tmp_path / "p.json").read_text())["stands_out"] is False
+    found = run_cli("predict", "--image", str(colour_photos / "red-disc.png"), "--query", "something red", "--out", str(out))
+    assert "stands out for 'something red'" in found.stdout and "nothing in this photo" not in found.stdout
+    every = run_cli("predict", "--image", str(colour_photos / "red-disc.png"), "--query", "something red", "--out",
+                    str(out), "--all")
+    assert every.returncode == 0 and "top-64 cells (row, col: relevance), most relevant first:" in every.stdout
+    assert sum(line.count("(") for line in every.stdout.splitlines() if line.startswith("  (")) == 64
+
+
+def test_a_query_outside_the_encoder_s_vocabulary_is_one_warning_line(out, colour_photos):
+    proc = run_cli("predict", "--image", str(colour_photos / "red-disc.png"), "--query", "左上にある赤い物はどこですか",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: ") and "English vocabulary" in warnings[0]
+    english = run_cli("predict", "--image", str(colour_photos / "red-disc.png"), "--query", "something red", "--out", str(out))
+    assert english.stderr.strip() == ""
+
+
+def test_ctrl_c_in_a_folder_predict_with_heatmaps_changes_nothing(out, photo, tmp_path):
+    """Ctrl-C while a folder's heatmaps are being written: the heatmaps this run wrote are removed
+    (and the folder it made), no JSON, the line says nothing was changed, and the rerun works."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    shutil.copy(photo, folder / "p0000.jpg")
+    for i in range(1, 200):
+        os.link(folder / "p0000.jpg", folder / f"p{i:04d}.jpg")
+    args = [sys.executable, "-m", "invoke", "predict", "--image", str(folder), "--query", "the top left", "--out",
+            str(out), "--json", str(tmp_path / "all.jsonl"), "--heatmap", str(tmp_path / "heat")]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list((tmp_path / "heat").glob("*.png"))) < 5 and proc.poll() is None:
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130 and "nothing was changed" in err, err
+    assert not (tmp_path / "heat").exists() and not (tmp_path / "all.jsonl").exists()
+    again = run_cli("predict", "--image", str(folder), "--query", "the top left", "--out", str(out),
+                    "--heatmap", str(tmp_path / "heat"), timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(list((tmp_path / "heat").glob("*.heatmap.png"))) == 200
 
 
 # ------------------------------------------------------------------ issue 29: predict's inputs and outputs
@@ -265,11 +381,11 @@ def test_non_finite_outputs_are_refused():
 
 
 @pytest.mark.parametrize("requested,want", [("web", "but has no runtime in Python (static browser demo"),
-                                            ("coreml", "but has no runtime in Python"),
+                                            ("coreml", "'coreml' needs macOS (CoreML runtime): it has no runtime in this process"),
                                             ("tensorrt", "is not published in"), ("ptl:int8", "not a verified variant")])
 def test_a_runtime_that_cannot_run_here_is_named_truly_with_the_user_s_folder(requested, want, tmp_path):
     from arrcoc_edge import targets as table
-    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.errors import ArrcocError
     from arrcoc_edge.frontends.predict import choose_runtime
 
     manifest = {"targets": {"web": {"status": "published"}, "coreml": {"status": "unverified"},
@@ -277,10 +393,11 @@ def test_a_runtime_that_cannot_run_here_is_named_truly_with_the_user_s_folder(re
     manifest["targets"]["coreml"]["status"] = "published"
     names = {"onnx": ("onnx", "fp32"), "ptl": ("ptl", "fp32")}
     generation = tmp_path / ".out.arrcoc-edge" / ".generations" / "g1"
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(ArrcocError) as caught:
         choose_runtime(requested, names, generation, manifest, table.TARGETS, shown=tmp_path / "out")
     line = caught.value.one_line()
     assert want in line and str(tmp_path / "out") in line and ".generations" not in line, line
+    assert "pip install" not in line
 
 
 def test_predict_prints_no_third_party_lines(out, photo):

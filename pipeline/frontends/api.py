@@ -119,6 +119,9 @@ class Prediction:
     relevance: float32 [G, G] (row-major cells over the whole photo); top_k: [(row, col), ...] the
     selected cells, most relevant first (the JSON's topk_indices as cells); k: how many (K, the
     number the JSON calls "top_k"); weights: {"information", "perspectival", "participatory"};
+    contrast: how far the strongest cells stand out from the rest before the per-photo
+    normalisation (0..1); stands_out: contrast at or above the measured threshold (False: nothing
+    in the photo answers the query, whatever the top cells are);
     image_size: (height, width) of the photo as decoded; source: the photo's path when it was a file.
     to_json() is the dict `invoke predict --json` writes; heatmap() the picture `--heatmap` saves."""
 
@@ -134,6 +137,10 @@ class Prediction:
     image_size = property(lambda self: tuple(self.record.image_size))
     runtime = property(lambda self: self.record.runtime)
     milliseconds = property(lambda self: self.record.milliseconds)  # the runtime call's wall time
+    # relevance is normalised per photo (its top cell is always 1); these say whether anything in
+    # the photo singles itself out for the query (arrcoc_edge.relevance.evidence)
+    contrast = property(lambda self: self.record.contrast)
+    stands_out = property(lambda self: self.record.stands_out)
 
     @property
     def relevance(self) -> np.ndarray:
@@ -164,7 +171,7 @@ class Prediction:
     def __repr__(self) -> str:
         h, w = self.image_size
         return (f"Prediction({self.source or 'array'}, {h} x {w} px, grid {self.grid}, top cell {self.top_k[0]}, "
-                f"runtime {self.runtime!r})")
+                f"stands_out={self.stands_out} (contrast {self.contrast:.2f}), runtime {self.runtime!r})")
 
 
 def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int | None = None,

@@ -111,11 +111,15 @@ def _check_new(names: dict, photos: list[Path], value: str) -> None:
 
 
 def run(model, photos: list[Path], queries: list[tuple[str, str, object]], json_file: Path | None,
-        heatmaps: tuple[Path, dict] | None) -> int:
-    """Every photo with every query (queries: (JSON key, label, query)); returns the exit code."""
+        heatmaps: tuple[Path, dict] | None, every_cell: bool = False) -> int:
+    """Every photo with every query (queries: (JSON key, label, query)); returns the exit code.
+    The files come first: a reader of stdout that leaves early (`| head`) stops the lines, not the
+    JSON or the heatmaps (the exit is then 141, once they are written). A run that does not finish
+    (Ctrl-C, a full disk) removes the heatmaps it wrote and writes no JSON: it changed nothing."""
     failed: dict[Path, str] = {}
     count, started = 0, time.perf_counter() - process_age()  # the rate counts what the user waited for
     show = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+    say = StdoutLines()
 
     def skip(photo, error) -> None:
         if photo not in failed:
@@ -125,35 +129,132 @@ def run(model, photos: list[Path], queries: list[tuple[str, str, object]], json_
     def predict_all(out) -> None:
         nonlocal count
         index = {photo: i for i, photo in enumerate(photos)}
-        if heatmaps:
-            heatmaps[0].mkdir(exist_ok=True)
         for j, (key, label, query) in enumerate(queries):
             for p in model.predict_many(photos, query, BATCH, progress=show, on_error=skip):
                 count += 1
                 if out is not None:
                     out.write((json.dumps({"photo": str(p.source), key: label, **p.to_json()}) + "\n").encode())
-                if heatmaps:
-                    picture = p.heatmap()
-                    pr.save_whole(heatmaps[1][index[p.source], j], lambda f: picture.save(f, format="PNG"))
-                print(line(p, label if len(queries) > 1 else None), flush=False)
+                if writer is not None:
+                    writer.submit(p, heatmaps[1][index[p.source], j])
+                say(line(p, label if len(queries) > 1 else None))
+                if every_cell:
+                    say(cells_line(p))
+        if writer is not None:
+            writer.finish()  # every heatmap on disk before the JSON is renamed into place
 
-    if json_file is not None:
-        pr.save_whole(json_file, predict_all)
-    else:
-        predict_all(None)
+    writer = HeatmapWriter(heatmaps[0]) if heatmaps else None
+    try:
+        if json_file is not None:
+            pr.save_whole(json_file, predict_all)
+        else:
+            predict_all(None)
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
     seconds = time.perf_counter() - started
-    print(f"{count} prediction{'s' if count != 1 else ''} of {len(photos)} photo{'s' if len(photos) != 1 else ''} "
-          f"x {len(queries)} quer{'ies' if len(queries) != 1 else 'y'} in {seconds:.1f} s "
-          f"({count / max(seconds, 1e-9):.1f} photos/s, start-up included), runtime {model.runtime}")
+    say(f"{count} prediction{'s' if count != 1 else ''} of {len(photos)} photo{'s' if len(photos) != 1 else ''} "
+        f"x {len(queries)} quer{'ies' if len(queries) != 1 else 'y'} in {seconds:.1f} s "
+        f"({count / max(seconds, 1e-9):.1f} photos/s, start-up included), runtime {model.runtime}")
     if json_file is not None:
-        print(f"json: {json_file}")
+        say(f"json: {json_file}")
     if heatmaps:
-        print(f"heatmaps: {heatmaps[0]}")
+        say(f"heatmaps: {heatmaps[0]}")
     if failed:
         print(f"error: {len(failed)} of {len(photos)} photos could not be read and were skipped -> fix: "
               "see the lines above for each one (convert or remove those files)", file=sys.stderr)
         return 2
+    say.check()
     return 0
+
+
+class StdoutLines:
+    """print() for the result lines that outlives the reader: once stdout's pipe is closed
+    (`| head`), the lines go nowhere and the run goes on to write its files; check() then ends it
+    as a closed pipe does (BrokenPipeError: exit 141, quietly)."""
+
+    def __init__(self):
+        self.closed = False
+
+    def __call__(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            print(text, flush=False)
+        except BrokenPipeError:
+            self.closed = True
+            null = os.open(os.devnull, os.O_WRONLY)  # what is left in the buffer goes nowhere
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+
+    def check(self) -> None:
+        if self.closed:
+            raise BrokenPipeError("stdout was closed by its reader")
+
+
+HEATMAP_THREADS = max(1, min(4, os.cpu_count() or 1))  # Pillow draws and encodes PNG without the GIL
+
+
+class HeatmapWriter:
+    """Heatmaps drawn and saved on HEATMAP_THREADS threads while the model goes on (a PNG costs more
+    than a prediction). Each file's identity is recorded once it is saved, so abandon() removes
+    exactly the files this run wrote (and the folder, when it made it and it is empty again)."""
+
+    def __init__(self, folder: Path):
+        import threading
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.folder, self.made = folder, not os.path.lexists(folder)
+        folder.mkdir(exist_ok=True)
+        self.pool = ThreadPoolExecutor(HEATMAP_THREADS, thread_name_prefix="arrcoc-heatmap")
+        self.pending, self.written, self.lock = deque(), {}, threading.Lock()
+
+    def submit(self, p, path: Path) -> None:
+        self.pending.append(self.pool.submit(self._save, p, path))
+        while len(self.pending) > 2 * HEATMAP_THREADS:  # a bounded queue: photos are not all held
+            self.pending.popleft().result()  # re-raises a failed save
+
+    def _save(self, p, path: Path) -> None:
+        picture = p.heatmap()
+        pr.save_whole(path, lambda f: picture.save(f, format="PNG", compress_level=HEATMAP_PNG_LEVEL))
+        st = os.lstat(path)
+        with self.lock:
+            self.written[path] = (st.st_dev, st.st_ino)
+
+    def finish(self) -> None:
+        while self.pending:
+            self.pending.popleft().result()
+        self.pool.shutdown()
+
+    def abandon(self) -> None:
+        for job in self.pending:
+            job.cancel()
+        self.pool.shutdown(wait=True)  # a save under way ends (whole) before it is removed
+        with self.lock:
+            written = dict(self.written)
+        for path, identity in written.items():
+            try:
+                st = os.lstat(path)
+                if (st.st_dev, st.st_ino) == identity:
+                    os.unlink(path)
+            except OSError:
+                pass
+        if self.made:
+            try:
+                self.folder.rmdir()  # only when empty: nothing of anyone else's goes with it
+            except OSError:
+                pass
+
+
+HEATMAP_PNG_LEVEL = 1  # zlib level: a few percent larger files than the default 6, several times faster
+
+
+def cells_line(p) -> str:
+    """--all: every selected cell of one prediction, most relevant first, on one indented line."""
+    order = sorted(p.record.topk_indices.tolist(), key=lambda i: -p.record.relevance[i])
+    return "  top-{} cells (row, col: relevance): {}".format(
+        p.k, " ".join(f"({i // p.grid},{i % p.grid}: {p.record.relevance[i]:.3f})" for i in order))
 
 
 def process_age() -> float:
@@ -168,12 +269,14 @@ def process_age() -> float:
 
 
 def line(p, query: str | None) -> str:
-    """One prediction as one line: the photo, its size (height x width, as the JSON), the top cell
-    and the three weights."""
+    """One prediction as one line: the photo, its size (height x width, as the JSON), whether
+    anything stands out (and the contrast), the top cell and the three weights."""
     h, w = p.image_size
     (row, col), weights = p.top_k[0], p.weights
     asked = f", query {query!r}" if query is not None else ""
-    return (f"{one_line_name(p.source)}: {h} x {w} px{asked}, top cell ({row},{col}) {p.relevance[row, col]:.3f}, "
+    verdict = "stands out" if p.stands_out else "nothing stands out"
+    return (f"{one_line_name(p.source)}: {h} x {w} px{asked}, {verdict} (contrast {p.contrast:.2f}), "
+            f"top cell ({row},{col}) {p.relevance[row, col]:.3f}, "
             + ", ".join(f"{k} {v:.3f}" for k, v in weights.items()))
 
 

@@ -331,14 +331,16 @@ def _bench(root: Path, runs: int, photos: int) -> int:
     return 0
 
 
-def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False) -> int:
+def predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose: bool = False,
+            every_cell: bool = False) -> int:
     """`invoke predict`: whole photos (a file, several, or a folder) and queries through a published
-    artifact. image and query: one value or a list (the options may be repeated)."""
-    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose),
-                   verbose, "predict")
+    artifact. image and query: one value or a list (the options may be repeated). every_cell
+    (--all): every selected cell on the terminal, not only the strongest few."""
+    return guarded(lambda: _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose,
+                                    every_cell), verbose, "predict")
 
 
-def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False) -> int:
+def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, verbose=False, every_cell=False) -> int:
     """Every option is checked before the model runs: a bad output path found after it would
     throw the answer away (and a path over an input would destroy the input)."""
     from arrcoc_edge.errors import InputError
@@ -357,7 +359,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
     root = opts.release_folder(out, DEFAULT_OUT)  # only read: a kept release too
     if several or len(queries) > 1:
-        return _predict_many(images, photos, queries, embedding, root, runtime, json_path, heatmap, verbose)
+        return _predict_many(images, photos, queries, embedding, root, runtime, json_path, heatmap, verbose, every_cell)
     photo = photos[0]
     inputs = [photo] + ([embedding] if embedding else [])
     json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
@@ -368,8 +370,12 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     with _model(root, runtime, verbose, sentences=bool(queries)) as model:  # arrcoc_edge.load: what a Python caller runs
         query = queries[0] if queries else pr._embedding_file(embedding, model.query_dim)[0]
         result = model._predict_one(photo, query, timed=True)
-    print(pr.describe(result.record))
-    pr.save_outputs(result, json_file, heatmap_file, fmt)
+        pr.warn_unknown_words(model, queries[0] if queries else None)
+    # the files first: a reader that leaves early (`| head`) must not cost them
+    saved = pr.save_outputs(result, json_file, heatmap_file, fmt, say=None)
+    print(pr.describe(result.record, queries[0] if queries else None, every_cell))
+    for line in saved:
+        print(line)
     return 0
 
 
@@ -391,7 +397,7 @@ def _model(root: Path, runtime, verbose: bool, sentences: bool = False):
     return load(root, runtime, verbose=verbose, sentences=sentences)
 
 
-def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose) -> int:
+def _predict_many(given, photos, queries, embedding, root, runtime, json_path, heatmap, verbose, every_cell=False) -> int:
     """Several photos or queries (pipeline/frontends/batch.py): outputs checked first, then one model load."""
     from arrcoc_edge.frontends import batch
     from arrcoc_edge.frontends import predict as pr
@@ -403,7 +409,9 @@ def _predict_many(given, photos, queries, embedding, root, runtime, json_path, h
     with _model(root, runtime, verbose, sentences=bool(queries)) as model:
         wanted = ([("query", text, text) for text in queries] if queries else
                   [("query_embedding", str(embedding), pr._embedding_file(embedding, model.query_dim)[0])])
-        return batch.run(model, photos, wanted, json_file, heatmaps)
+        for text in queries:
+            pr.warn_unknown_words(model, text)
+        return batch.run(model, photos, wanted, json_file, heatmaps, every_cell)
 
 
 def serve(out: str | None, port, verbose: bool = False) -> int:

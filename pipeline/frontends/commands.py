@@ -168,17 +168,18 @@ def _runtimes_help() -> str:
             "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
             "out": "output folder with published artifacts; default: artifacts/",
             "runtime": _runtimes_help(),
-            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights} to this file "
+            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights, contrast, stands_out} to this file "
                     "(several photos or queries: one JSON line each, with photo and query, e.g. --json out.jsonl)",
             "heatmap": "write the photo with the relevance map (the web page's colours), the top-K cells outlined and "
                        "a legend: .png (or .jpg, .webp); several photos or queries: a folder for the heatmaps; short flag -e",
+            "all": "list every top-K cell (default: the strongest few, where they are, and whether anything stands out)",
             "verbose": VERBOSE})
 def predict(c, image=None, query=None, query_embedding=None, out=None, runtime=None, json=None, heatmap=None,
-            verbose=False):
-    """Run a published artifact on one whole photo and a query: top-K cells and the three weights."""
+            verbose=False, all=False):  # noqa: A002 - the option is --all
+    """Run a published artifact on whole photos and a query: the strongest cells, the weights, whether anything stands out."""
     from arrcoc_edge.frontends import cli
 
-    _exit(cli.predict(image, query, query_embedding, out, runtime, json, heatmap, verbose))
+    _exit(cli.predict(image, query, query_embedding, out, runtime, json, heatmap, verbose, bool(all)))
 
 
 @task(help={"out": "output folder holding web/; default: artifacts/", "port": "port on localhost (default 8000)",

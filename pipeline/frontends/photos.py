@@ -134,11 +134,14 @@ class progress_bar:
             return lambda: None
         import sys
 
-        try:  # rich comes with the build extra; the inference install shows no bar
+        try:  # rich comes with the build extra; the inference install shows a plain line instead
             import rich  # noqa: F401
-        except ImportError:
+        except ImportError:  # (on a terminal stdout the result lines themselves show the progress)
             self.show = False
-            return lambda: None
+            if sys.stdout.isatty():
+                return lambda: None
+            self.bar = PlainProgress(self.total)
+            return self.bar.advance
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -150,6 +153,32 @@ class progress_bar:
         return lambda: self.bar.advance(task)
 
     def __exit__(self, *exc):
-        if self.show:
+        if self.show or isinstance(getattr(self, "bar", None), PlainProgress):
             self.bar.stop()
         return False
+
+
+class PlainProgress:
+    """"photos 12/1000" rewritten in place on stderr (a terminal), at most 5 times a second, and
+    cleared at the end: the progress line of an install without rich."""
+
+    def __init__(self, total: int | None):
+        self.total, self.done, self.shown = total, 0, 0.0
+
+    def advance(self) -> None:
+        import sys
+        import time
+
+        self.done += 1
+        now = time.monotonic()
+        if now - self.shown >= 0.2:
+            self.shown = now
+            sys.stderr.write(f"\rphotos {self.done}/{self.total if self.total is not None else '?'}")
+            sys.stderr.flush()
+
+    def stop(self) -> None:
+        import sys
+
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()

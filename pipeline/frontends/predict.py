@@ -22,6 +22,7 @@ import numpy as np
 from arrcoc_edge.errors import InputError, install_fix
 from arrcoc_edge.frontends.redirect import fds_to
 from arrcoc_edge.publishing.reading import check_variant_files
+from arrcoc_edge.relevance import evidence
 from arrcoc_edge.relevance.signature import WAYS_OF_KNOWING
 from arrcoc_edge.stages.target import Target
 
@@ -45,10 +46,23 @@ class Prediction:
     weights: np.ndarray  # [3]
     milliseconds: float  # median of TIMED_CALLS warm calls
 
+    @property
+    def contrast(self) -> float:
+        """How far the strongest cells stand above the median cell of the map before its per-photo
+        normalisation, as a share of that map's range (arrcoc_edge.relevance.evidence)."""
+        return evidence.contrast(self.relevance)
+
+    @property
+    def stands_out(self) -> bool:
+        """Whether anything in the photo singles itself out for the query (contrast >= the threshold)."""
+        return evidence.stands_out(self.contrast)
+
     def to_json(self) -> dict:
+        value = self.contrast
         return {"grid": self.grid, "top_k": self.top_k, "image_size": list(self.image_size), "runtime": self.runtime,
                 "relevance": [float(x) for x in self.relevance], "topk_indices": [int(i) for i in self.topk_indices],
-                "weights": [float(w) for w in self.weights]}
+                "weights": [float(w) for w in self.weights], "contrast": value,
+                "stands_out": evidence.stands_out(value)}
 
 
 def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
@@ -79,6 +93,7 @@ def choose_runtime(requested: str | None, names: dict, out: Path, manifest: dict
     order. `out` is the folder read (one pinned generation); `shown` the folder the user named,
     the only one a message names."""
     shown = shown or out
+    _check_runs_here(requested, names, manifest, targets, shown)
     if not names:
         raise InputError(f"nothing published in {shown} runs in this process",
                          "run `invoke build --target onnx` (or executorch, ptl) first")
@@ -92,6 +107,34 @@ def choose_runtime(requested: str | None, names: dict, out: Path, manifest: dict
         return requested
     measured = _bench_order(out, names)
     return next((n for n in measured + list(PREFERRED) if n in names), sorted(names)[0])
+
+
+def runs_elsewhere(target) -> bool:
+    """A target whose artifacts run only on another kind of host (CoreML needs Apple's systems,
+    TensorRT a supported NVIDIA GPU): no runtime in this process, and no pip install gives one.
+    (The web page has no Python runtime either, but runs on this host, in a browser.)"""
+    return type(target).published_runner is Target.published_runner and not target.capability.startswith("cpu")
+
+
+def _check_runs_here(requested: str | None, names: dict, manifest: dict, targets: dict, shown: Path) -> None:
+    """HostCapabilityError naming what the host needs, when the runtime asked for (or, with none
+    asked for and nothing runnable, every target in the folder) runs only elsewhere."""
+    from arrcoc_edge.errors import HostCapabilityError
+
+    built = manifest.get("targets") or {}
+    if requested is not None:
+        asked = [requested.split(":", 1)[0]] if requested not in names else []
+    else:
+        asked = [] if names else list(built)
+    asked = [n for n in asked if n in built and n in targets and runs_elsewhere(targets[n])
+             and built[n].get("status") in ("published", "unverified")]
+    if not asked:
+        return
+    needs = "; ".join(f"{n!r} needs {targets[n].capability.split(';')[0].strip()}" for n in asked)
+    other = (f"or use one of: {', '.join(sorted(names))}" if names else
+             "or build a runtime for this host: `invoke build --target onnx` (or executorch, ptl)")
+    raise HostCapabilityError(f"{needs}: it has no runtime in this process ({shown}), whatever is installed",
+                              f"run it on such a host, {other}")
 
 
 def _not_runnable(requested: str, manifest: dict, targets: dict, shown: Path) -> str:
@@ -329,17 +372,105 @@ def third_party_quiet(verbose: bool):
         yield
 
 
-def describe(p: Prediction) -> str:
-    """What the terminal shows: the weights, then the selected cells by relevance."""
+SHOWN_CELLS = 5  # the strongest cells the summary lists (--all: every selected cell)
+
+
+def describe(p: Prediction, query: str | None = None, every_cell: bool = False) -> str:
+    """What the terminal shows: the photo and runtime, the weights, the strongest cells with where
+    they lie, whether anything stands out for `query` (its text; None for an embedding), and
+    every selected cell only when every_cell (--all)."""
     h, w = p.image_size  # height first, as the JSON's image_size and numpy's shape say it
+    order = sorted(p.topk_indices.tolist(), key=lambda i: -p.relevance[i])
     lines = [f"photo {h} x {w} px (height x width), grid {p.grid} x {p.grid} (cell {h / p.grid:.1f} x {w / p.grid:.1f} px), "
              f"runtime {p.runtime}, {p.milliseconds:.2f} ms (median of {TIMED_CALLS} warm calls)",
              "weights: " + ", ".join(f"{k} {v:.3f}" for k, v in zip(WAYS_OF_KNOWING, p.weights)),
-             f"top-{p.top_k} cells (row, col: relevance), most relevant first:"]
-    order = sorted(p.topk_indices.tolist(), key=lambda i: -p.relevance[i])
-    cells = [f"({i // p.grid},{i % p.grid}: {p.relevance[i]:.3f})" for i in order]
-    lines += ["  " + " ".join(cells[k : k + 8]) for k in range(0, len(cells), 8)]
+             answer_line(p, query)]
+    if every_cell:
+        lines.append(f"top-{p.top_k} cells (row, col: relevance), most relevant first:")
+        cells = [f"({i // p.grid},{i % p.grid}: {p.relevance[i]:.3f})" for i in order]
+        lines += ["  " + " ".join(cells[k : k + 8]) for k in range(0, len(cells), 8)]
+        return "\n".join(lines)
+    shown = order[:SHOWN_CELLS]
+    lines.append(f"strongest {len(shown)} of the top-{p.top_k} cells (row, col: relevance, where in the photo):")
+    lines += [f"  ({i // p.grid},{i % p.grid}: {p.relevance[i]:.3f}) {where(i // p.grid, i % p.grid, p.grid)}"
+              for i in shown]
+    lines.append(f"every top-{p.top_k} cell: --all (or --json)")
     return "\n".join(lines)
+
+
+def answer_line(p: Prediction, query: str | None) -> str:
+    """Whether anything stands out: relevance is normalised per photo (its top cell is always 1),
+    the contrast is not."""
+    asked = f"for {query!r}" if query is not None else "for this query embedding"
+    if not p.stands_out:
+        return (f"nothing in this photo stands out {asked} (contrast {p.contrast:.2f}, below "
+                f"{evidence.THRESHOLD:.2f}): the cells below are only the least unlikely")
+    return f"stands out {asked}: contrast {p.contrast:.2f} (at least {evidence.THRESHOLD:.2f})"
+
+
+def where(row: int, col: int, grid: int) -> str:
+    """A cell's place in words, by thirds of the photo: "top left", "centre", "bottom"..."""
+    third = lambda i: min(2, 3 * i // grid)
+    vertical = ("top", "middle", "bottom")[third(row)]
+    horizontal = ("left", "centre", "right")[third(col)]
+    if vertical == "middle":
+        return "centre" if horizontal == "centre" else f"middle {horizontal}"
+    return vertical if horizontal == "centre" else f"{vertical} {horizontal}"
+
+
+# A query whose pieces are mostly unknown to an English WordPiece vocabulary (MiniLM's) is encoded
+# all the same, into a vector that says little: more than this share is said on stderr.
+UNKNOWN_SHARE = 0.5
+
+
+def unknown_pieces(tokenizer, text: str) -> tuple[int, int]:
+    """(pieces the encoder's vocabulary does not know, all pieces) of `text` through a WordPiece
+    tokenizer.json: [UNK], or a lone non-ASCII character (MiniLM's vocabulary keeps single kana,
+    CJK and other characters as pieces of their own, learned from almost no English text)."""
+    enc = tokenizer.encode(text)
+    pieces = [t for t, special in zip(enc.tokens, enc.special_tokens_mask) if not special]
+    bare = [t[2:] if t.startswith("##") else t for t in pieces]
+    unknown = sum(t == "[UNK]" or (len(b) == 1 and not b.isascii()) for t, b in zip(pieces, bare))
+    return unknown, len(pieces)
+
+
+def vocabulary_warning(tokenizer, text: str) -> str | None:
+    """The one warning line for a query mostly outside the vocabulary, or None."""
+    unknown, total = unknown_pieces(tokenizer, text)
+    if not total or unknown / total <= UNKNOWN_SHARE:
+        return None
+    return (f"warning: the query {text!r} is mostly outside the query encoder's English vocabulary ({unknown} of "
+            f"{total} pieces unknown to all-MiniLM-L6-v2): its answer means little -> fix: ask in English, "
+            "e.g. 'something red' or 'the top left'")
+
+
+def warn_unknown_words(model, text: str | None) -> None:
+    """Say on stderr when a typed query is mostly unknown to a WordPiece encoder (MiniLM: the
+    published text-encoder's tokenizer.json, or the packaged one); byte-level encoders (Qwen3)
+    have no unknown pieces and are not checked."""
+    if text is None:
+        return
+    model.query_vector(text)  # the encoder is loaded (and the vector cached for the prediction)
+    tokenizer = getattr(getattr(model, "_encoder", None), "tokenizer", None)
+    if tokenizer is None and model.query_dim == 384:
+        tokenizer = _packaged_wordpiece()
+    if tokenizer is None or "WordPiece" not in type(tokenizer.model).__name__:
+        return
+    line = vocabulary_warning(tokenizer, text)
+    if line:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _packaged_wordpiece():
+    """MiniLM's tokenizer.json from the packaged model (the encoder predict falls back to)."""
+    try:
+        from tokenizers import Tokenizer
+
+        from arrcoc_edge.relevance.text_encoder import model_dir
+
+        return Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    except Exception:  # noqa: BLE001 - a warning that cannot be checked is not given
+        return None
 
 
 # ---------------------------------------------------------------- where predict may write
@@ -400,7 +531,7 @@ def heatmap_format(option: str, path: Path) -> str:
 
 
 def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heatmap_fmt: str | None,
-                 say=print) -> None:
+                 say=print) -> list[str]:
     """Write the JSON and the heatmap of `result` (a arrcoc_edge.frontends.api.Prediction: its to_json() and
     heatmap(), what a Python caller gets), each whole or not at all (save_whole). Each written file
     is said at once."""
@@ -410,9 +541,13 @@ def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heat
     if heatmap_file:
         picture = result.heatmap()
         jobs.append(("heatmap", heatmap_file, lambda f: picture.save(f, format=heatmap_fmt)))
+    said = []
     for label, path, write in jobs:
         save_whole(path, write)
-        say(f"{label}: {path}")
+        said.append(f"{label}: {path}")
+        if say is not None:  # None: the caller prints the returned lines itself, after its summary
+            say(said[-1])
+    return said
 
 
 def save_whole(path: Path, write) -> None:
