@@ -45,6 +45,10 @@ def test_bench_writes_rows_side_by_side(onnx_build, tmp_path):
     folder = data["folder"]
     assert folder["photos"] == 12 and folder["photos_per_s"] > 0 and folder["runtime"].startswith("onnx")
     assert f"{folder['photos_per_s']:.1f} photos/s" in proc.stdout
+    # the same folder with --heatmap: a PNG per photo, its rate beside the one without
+    drawn = data["folder_heatmaps"]
+    assert drawn["photos"] == 12 and drawn["photos_per_s"] > 0 and drawn["command"].endswith("--heatmap DIR")
+    assert f"the same with --heatmap, 12 photos: {drawn['photos_per_s']:.1f} photos/s" in proc.stdout
     # what the runtimes print goes to the log, not the terminal
     assert (out / "bench.log").is_file()
     assert "third-party output" in proc.stdout and "UserWarning" not in proc.stdout + proc.stderr

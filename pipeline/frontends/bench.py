@@ -220,10 +220,10 @@ def api_model(out: Path, log):
 FOLDER_PHOTOS, FOLDER_PHOTO_SIZE = 1000, (1024, 768)
 
 
-def folder_throughput(out: Path, heldout, count: int, log) -> dict:
+def folder_throughput(out: Path, heldout, count: int, log, heatmaps: bool = False) -> dict:
     """`count` JPEG photos of FOLDER_PHOTO_SIZE in a temporary folder through the real command, as a
     user runs it: photos per second over its whole wall time (process start, model load, decoding,
-    the runtime, the JSON lines)."""
+    the runtime, the JSON lines; with heatmaps, `--heatmap FOLDER` too: one PNG per photo)."""
     import io
     import subprocess
     import sys
@@ -242,20 +242,25 @@ def folder_throughput(out: Path, heldout, count: int, log) -> dict:
         np.save(Path(tmp) / "query.npy", heldout.queries[0])
         cmd = [sys.executable, "-m", "invoke", "predict", "--image", str(folder), "--query-embedding",
                str(Path(tmp) / "query.npy"), "--out", str(out), "--json", str(lines)]
-        log(f"bench: {count} photos through `invoke predict --image FOLDER` in one process")
+        cmd += ["--heatmap", str(Path(tmp) / "heatmaps")] if heatmaps else []
+        log(f"bench: {count} photos through `invoke predict --image FOLDER{' --heatmap DIR' if heatmaps else ''}` "
+            "in one process")
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
         seconds = time.perf_counter() - start
         rows = lines.read_text().splitlines() if proc.returncode == 0 else []
-    if proc.returncode != 0 or len(rows) != count:
+        drawn = len(list((Path(tmp) / "heatmaps").glob("*.png"))) if heatmaps and proc.returncode == 0 else count
+    if proc.returncode != 0 or len(rows) != count or drawn != count:
         raise InputError(f"`invoke predict --image FOLDER` failed in the bench (exit {proc.returncode}): "
                          f"{(proc.stderr.strip().splitlines() or [''])[-1][:200]}", "run it by hand to see why")
     width, height = FOLDER_PHOTO_SIZE
-    return {"command": "invoke predict --image FOLDER --query-embedding Q.npy --json P.jsonl", "photos": count,
+    command = "invoke predict --image FOLDER --query-embedding Q.npy --json P.jsonl" + (" --heatmap DIR" if heatmaps else "")
+    return {"command": command, "photos": count,
             "photo": f"{width}x{height} JPEG", "runtime": json.loads(rows[0])["runtime"], "seconds": round(seconds, 3),
             "photos_per_s": round(count / seconds, 2), "clock": "wall time of the whole process (start and load included)"}
 
 
+HEATMAP_PHOTOS = 300  # the folder run with --heatmap takes at most this many (a PNG per photo)
 FELT_PHOTOS = 300  # the folder of issue 42's figure (fewer when --photos asks for fewer; 0 skips it)
 
 
@@ -305,10 +310,11 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
             fit = [c for c in cases if c.max_batch is None or batch <= c.max_batch]
             log(f"bench: {label}, {len(fit)} cases x {runs} interleaved rounds")
             rows += rows_for(fit, time_cases(fit, inputs, runs), batch, label, inputs)
-        folder = felt = None
+        folder = folder_heatmaps = felt = None
         if model:
             model.close()
             folder = folder_throughput(out, heldout, photos, log) if photos else None
+            folder_heatmaps = folder_throughput(out, heldout, min(photos, HEATMAP_PHOTOS), log, heatmaps=True) if photos else None
             felt = felt_figures(out, manifest, heldout, photos, log)
     result = {"host": host_description(),
               "commit": commit,
@@ -316,6 +322,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
               "checkpoint_sha256": ckpt.sha256,
               "settings": {"grid": ckpt.config.grid, "top_k": ckpt.config.top_k, "query_dim": ckpt.config.query_dim},
               "rows": rows, "goals": speed_goals(rows), "notes": speed_notes(cases, rows), "folder": folder,
+              "folder_heatmaps": folder_heatmaps,
               "felt": felt, "int8_vs_fp32": int8_vs_fp32(rows)}
     from arrcoc_edge.publishing import report
 
@@ -326,6 +333,9 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     if folder:
         log(f"bench: folder of {folder['photos']} photos ({folder['photo']}) through `invoke predict` in one process: "
             f"{folder['photos_per_s']:.1f} photos/s ({folder['seconds']:.1f} s, start and model load included)")
+    if folder_heatmaps:
+        log(f"bench: the same with --heatmap, {folder_heatmaps['photos']} photos: {folder_heatmaps['photos_per_s']:.1f} "
+            f"photos/s ({folder_heatmaps['seconds']:.1f} s, start and model load included)")
     if result["goals"]:
         log("bench: speed goals, time ratios of 1-thread medians of this run:\n" + format_goals(result["goals"]))
     if result["int8_vs_fp32"]:
