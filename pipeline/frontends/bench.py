@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from arrcoc_edge.errors import InputError
+from arrcoc_edge.install import COMMAND
 from arrcoc_edge.stages.target import BenchCase
 
 
@@ -240,21 +241,23 @@ def folder_throughput(out: Path, heldout, count: int, log, heatmaps: bool = Fals
         for i in range(count):
             (folder / f"{i:05d}.jpg").write_bytes(encoded.getvalue())
         np.save(Path(tmp) / "query.npy", heldout.queries[0])
-        cmd = [sys.executable, "-m", "invoke", "predict", "--image", str(folder), "--query-embedding",
+        # `python -m arrcoc_edge` is the command in a checkout and once installed (`invoke` needs the
+        # checkout's tasks.py, which an installed package has not: the folder run failed there)
+        cmd = [sys.executable, "-m", "arrcoc_edge", "predict", "--image", str(folder), "--query-embedding",
                str(Path(tmp) / "query.npy"), "--out", str(out), "--json", str(lines)]
         cmd += ["--heatmap", str(Path(tmp) / "heatmaps")] if heatmaps else []
-        log(f"bench: {count} photos through `invoke predict --image FOLDER{' --heatmap DIR' if heatmaps else ''}` "
+        log(f"bench: {count} photos through `{COMMAND} predict --image FOLDER{' --heatmap DIR' if heatmaps else ''}` "
             "in one process")
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         seconds = time.perf_counter() - start
         rows = lines.read_text().splitlines() if proc.returncode == 0 else []
         drawn = len(list((Path(tmp) / "heatmaps").glob("*.png"))) if heatmaps and proc.returncode == 0 else count
     if proc.returncode != 0 or len(rows) != count or drawn != count:
-        raise InputError(f"`invoke predict --image FOLDER` failed in the bench (exit {proc.returncode}): "
+        raise InputError(f"`{COMMAND} predict --image FOLDER` failed in the bench (exit {proc.returncode}): "
                          f"{(proc.stderr.strip().splitlines() or [''])[-1][:200]}", "run it by hand to see why")
     width, height = FOLDER_PHOTO_SIZE
-    command = "invoke predict --image FOLDER --query-embedding Q.npy --json P.jsonl" + (" --heatmap DIR" if heatmaps else "")
+    command = f"{COMMAND} predict --image FOLDER --query-embedding Q.npy --json P.jsonl" + (" --heatmap DIR" if heatmaps else "")
     return {"command": command, "photos": count,
             "photo": f"{width}x{height} JPEG", "runtime": json.loads(rows[0])["runtime"], "seconds": round(seconds, 3),
             "photos_per_s": round(count / seconds, 2), "clock": "wall time of the whole process (start and load included)"}
@@ -290,7 +293,7 @@ def run_bench(out: Path, targets: dict, runs: int = 50, batches=(1, 8), log=prin
     base = pinned(out)  # one generation: a build publishing meanwhile changes nothing benched here
     manifest = read_manifest(base)
     if not manifest.get("targets"):
-        raise InputError(f"no published artifacts in {out}", "run `invoke build` first")
+        raise InputError(f"no published artifacts in {out}", f"run `{COMMAND} build` first")
     check_published(out, base, manifest, targets)
     settings = manifest["checkpoint"].get("model") or {}
     ckpt = load_checkpoint(manifest["checkpoint"]["path"], grid=settings.get("grid"), top_k=settings.get("top_k"))
