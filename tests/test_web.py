@@ -277,6 +277,38 @@ def test_upload_via_file_input_respects_exif_orientation(page, tmp_path):
     assert pg.p.evaluate("window.arrcoc.imageSize()") == [320, 240]
 
 
+def test_the_page_lists_the_strongest_cells_and_says_whether_anything_stands_out(page, tmp_path):
+    """A red disc on a grey table and the bare table, asked "something red": the answer line, its
+    data-stands-out and the page's contrast are Python's (arrcoc_edge/relevance/evidence.py) on the
+    page's own relevance; the list holds the strongest few cells, not every index."""
+    from PIL import ImageDraw
+
+    from arrcoc_edge.relevance import evidence
+
+    pg = page.open()
+    pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
+    rng = np.random.default_rng(0)
+    table = np.clip(128 + rng.normal(0, 7, (480, 640, 3)), 0, 255).astype(np.uint8)
+    disc = Image.fromarray(table)
+    ImageDraw.Draw(disc).ellipse((380, 60, 540, 220), fill=(220, 30, 30))
+    seen = {}
+    for name, img in (("red-disc", disc), ("plain", Image.fromarray(table))):
+        path = tmp_path / f"{name}.png"
+        img.save(path)
+        pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(path)))
+        last = pg.p.evaluate("window.arrcoc.last()")
+        want = evidence.contrast(np.asarray(last["relevance"], np.float32))
+        assert last["contrast"] == pytest.approx(want, abs=1e-6)
+        assert last["standsOut"] is evidence.stands_out(want)
+        assert pg.p.get_attribute("#answer", "data-stands-out") == ("true" if last["standsOut"] else "false")
+        cells = pg.p.locator("#topk li").all_text_contents()
+        strongest = max(last["topk"], key=lambda i: last["relevance"][i])
+        assert len(cells) == 5 and cells[0].startswith(f"row {strongest // 14}, col {strongest % 14}: 1.000")
+        seen[name] = (last["standsOut"], pg.p.text_content("#answer"))
+    assert seen["red-disc"][0] is True and seen["plain"][0] is False
+    assert seen["plain"][1].startswith("Nothing in this photo stands out")
+
+
 def test_upload_via_drop_with_transparency(page):
     pg = page.open()
     data = png_bytes(photo((256, 320), "RGBA"))

@@ -381,7 +381,55 @@ function drawResult(res) {
   }
   $('ran-model').textContent = `${res.model.toUpperCase()} (${state.config.models.find((m) => m.name === res.model).file})`;
   $('threads').textContent = `${ort.env.wasm.numThreads}${self.crossOriginIsolated ? ' (cross-origin isolated)' : ' (not cross-origin isolated: 1 thread)'}`;
-  $('topk').textContent = `${res.topk.length} patches: ${[...res.topk].sort((a, b) => a - b).join(', ')}`;
+  showAnswer(res, G);
+}
+
+// Whether anything stands out: relevance is min-max normalised per photo (its top cell is always
+// 1), so the page reads the map's contrast, exactly as arrcoc_edge/relevance/evidence.py does:
+// (mean of the strongest cells - the median cell) / (highest - lowest). The share and threshold
+// are evidence.py's TOP_SHARE and THRESHOLD (tests/test_web.py holds them equal).
+const STANDS_OUT = { share: 1 / 24, threshold: 0.86 };
+const SHOWN_CELLS = 5;
+
+function contrast(relevance) {
+  const r = Array.from(relevance).sort((a, b) => a - b);
+  const span = r[r.length - 1] - r[0];
+  if (!(span > 0)) return 0;
+  const n = Math.max(1, Math.min(r.length, Math.round(r.length * STANDS_OUT.share)));
+  const top = r.slice(r.length - n).reduce((a, b) => a + b, 0) / n;
+  const mid = r.length % 2 ? r[(r.length - 1) / 2] : (r[r.length / 2 - 1] + r[r.length / 2]) / 2;
+  return (top - mid) / span;
+}
+
+// A cell's place in words, by thirds of the photo (arrcoc_edge/frontends/predict.py's where).
+function where(row, col, G) {
+  const third = (i) => Math.min(2, Math.floor(3 * i / G));
+  const v = ['top', 'middle', 'bottom'][third(row)], h = ['left', 'centre', 'right'][third(col)];
+  if (v === 'middle') return h === 'centre' ? 'centre' : `middle ${h}`;
+  return h === 'centre' ? v : `${v} ${h}`;
+}
+
+function showAnswer(res, G) {
+  const value = contrast(res.relevance);
+  const standsOut = value >= STANDS_OUT.threshold;
+  res.contrast = value;
+  res.standsOut = standsOut;
+  const answer = $('answer');
+  answer.dataset.standsOut = standsOut ? 'true' : 'false';
+  answer.textContent = standsOut
+    ? `Something stands out for this query (contrast ${value.toFixed(2)}).`
+    : `Nothing in this photo stands out for this query (contrast ${value.toFixed(2)}, below ` +
+      `${STANDS_OUT.threshold.toFixed(2)}): the outlined cells are only the least unlikely.`;
+  const order = [...res.topk].sort((a, b) => res.relevance[b] - res.relevance[a]);
+  const list = $('topk');
+  list.replaceChildren(...order.slice(0, SHOWN_CELLS).map((i) => {
+    const li = document.createElement('li');
+    const row = Math.floor(i / G), col = i % G;
+    li.textContent = `row ${row}, col ${col}: ${res.relevance[i].toFixed(3)} (${where(row, col, G)})`;
+    return li;
+  }));
+  $('topk-note').textContent = `the strongest ${Math.min(SHOWN_CELLS, order.length)} of the ${order.length} ` +
+    'outlined cells (row and column from the top left)';
 }
 
 function showPhoto(bmp) {
