@@ -196,6 +196,15 @@ def build_key(targets: str, extra: tuple[str, ...]) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
+# A hang guard, not a speed check: the apps build (ExecuTorch lowering, its arm64 runs, both apps'
+# compilers) ran past 15 min on a shared 2-core host under a load average of 10.
+SHARED_BUILD_TIMEOUT = 2700
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+
+
 def make_shared_build(root: Path, targets: str, *extra: str, may_fail: tuple[str, ...] = ()) -> SharedBuild:
     """`invoke build --target TARGETS EXTRA...` once per key under `root`; a failed build fails
     every test that asks for it, with its output, and is not retried. `may_fail`: targets whose
@@ -214,9 +223,15 @@ def make_shared_build(root: Path, targets: str, *extra: str, may_fail: tuple[str
             android, ios = entry / "android-app" / "assets", entry / "ios-app" / "Resources"
             seed_user_files(android)
             seed_user_files(ios)
-            proc = run_cli("build", "--target", targets, *extra, "--out", str(entry / "out"),
-                           env={"ARRCOC_ANDROID_APP_DIR": str(android), "ARRCOC_IOS_APP_DIR": str(ios)})
-            record.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
+            try:
+                proc = run_cli("build", "--target", targets, *extra, "--out", str(entry / "out"),
+                               env={"ARRCOC_ANDROID_APP_DIR": str(android), "ARRCOC_IOS_APP_DIR": str(ios)},
+                               timeout=SHARED_BUILD_TIMEOUT)
+                done = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+            except subprocess.TimeoutExpired as late:  # recorded: every reader fails with it, none builds again
+                done = {"returncode": -1, "stdout": _text(late.stdout),
+                        "stderr": _text(late.stderr) + f"\nthe build ran over {SHARED_BUILD_TIMEOUT} s"}
+            record.write_text(json.dumps(done))
         done = json.loads(record.read_text())
     timeline("build-done", build=entry.name)
     failed = _failed_targets(entry / "out") if done["returncode"] == 3 else ()
