@@ -126,12 +126,12 @@ def test_the_manifest_records_the_calibration_file(loaded, tmp_path):
 
     path = tmp_path / "q.txt"
     path.write_text(_sentences(9, start=100))
-    golden = build_golden_set(loaded.model, loaded.config, loaded.path, calibration_queries=read_sentence_file(path))
+    # no checkpoint path: no sentence encoder to load (test_user_sentences_replace_the_calibration_list
+    # shows the sentences reach the split); the record is the golden set's either way
+    golden = build_golden_set(loaded.model, loaded.config, None, calibration_queries=read_sentence_file(path))
     described = golden.describe()["calibration"]
     assert described["sentences_file"] == {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                                            "sentences": 9}
-    cal = golden.calibration
-    assert {cal.texts[i] for i in cal.subsets["sentences"]} == {f"where is thing number {i}?" for i in range(100, 109)}
 
 
 def test_the_tokenizer_is_the_sentence_models_own_id_for_id():
