@@ -23,7 +23,7 @@ import numpy as np
 
 from arrcoc_edge.errors import ArrcocError, InputError
 
-# arrcoc_edge.frontends.api is imported on the first use of build or load, never by `import pipeline`: these
+# arrcoc_edge.frontends.api is imported on the first use of build or load, never by `import arrcoc_edge`: these
 # module imports (torch among them) cost nothing on each call, where an import statement would
 from arrcoc_edge.frontends import predict as pr
 from arrcoc_edge.frontends.photos import decoded_photos, photo_list, photo_pixels, progress_bar
