@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import GateError, InputError
 
 from arrcoc_edge.targets.android import app as android_app
@@ -326,7 +327,7 @@ def app_tokenize(app: str, tokenizer: Path, text_file: Path, max_length: int | N
     checked = read_tokenizer(tokenizer)
     limit = max_length_for(checked, max_length)
     run = run_android if app == "android" else run_ios
-    with tempfile.TemporaryDirectory(prefix="arrcoc-tokenize-in-") as inputs:  # 0700: ours alone
+    with scratch.folder("arrcoc-tokenize-in-", family="arrcoc-") as inputs:  # 0700: ours alone; swept after a kill -9
         tok, text = Path(inputs) / "tokenizer.json", Path(inputs) / "text.txt"
         tok.write_bytes(checked.data)
         text.write_bytes("".join(line + "\n" for line in lines).encode("utf-8"))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import InputError
 
 QUERY = "something red"
@@ -171,11 +172,10 @@ def _closure_bytes(names: list[str], md) -> int:
 
 def run_felt(out: Path, photo_source: np.ndarray, photos: int, log) -> dict:
     """The four figures (photos: the folder's size; 0 skips the folder run)."""
-    import tempfile
 
     from PIL import Image
 
-    with tempfile.TemporaryDirectory(prefix="arrcoc-bench-felt-") as tmp:
+    with scratch.folder("arrcoc-bench-felt-", family="arrcoc-") as tmp:  # swept after a kill -9
         tmp = Path(tmp)
         image = Image.fromarray(photo_source).resize((1024, 768), Image.Resampling.LANCZOS)
         photo = tmp / "photo.jpg"

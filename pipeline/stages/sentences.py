@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import InputError, MissingExtraError
 
 CALIBRATION = (
@@ -89,7 +90,6 @@ def cached_minilm_embed(texts: list[str]) -> np.ndarray:
     import and load for them. The key is the snapshot's bytes, the texts and the tools' versions."""
     import hashlib
     import json
-    import tempfile
 
     from arrcoc_edge.relevance import text_encoder
     from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
@@ -100,7 +100,7 @@ def cached_minilm_embed(texts: list[str]) -> np.ndarray:
 
     texts = list(texts)
     digest = hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
-    with tempfile.TemporaryDirectory(prefix="arrcoc-embed-") as tmp:
+    with scratch.folder("arrcoc-embed-", family="arrcoc-") as tmp:  # swept after a kill -9
         convert_cached("minilm-embeddings", {**minilm_inputs(), "texts": digest}, EMBED_TOOLS, embed, Path(tmp),
                        lambda message: None, keep=6)
         return np.load(Path(tmp) / "vectors.npy", allow_pickle=False)

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import GateError
 from arrcoc_edge.stages.golden import write_array_bundle
 from arrcoc_edge.stages.parity import Gate, parity_metrics
@@ -370,7 +370,7 @@ def app_build(assets: Path, contract: dict, runners: Callable[[], dict[str, Call
         return not_run(f"toolchain not installed: {reason}"), {}
     start = time.monotonic()
     tc = toolchain()
-    with tempfile.TemporaryDirectory(prefix="arrcoc-android-jvm-") as tmp:
+    with scratch.folder("arrcoc-android-jvm-", family="arrcoc-") as tmp:  # swept after a kill -9
         classes, compiled = compile_app(tc, log, scratch=Path(tmp) / "classes")
         tests_start = time.monotonic()
         fixtures = Path(tmp) / "fixtures"

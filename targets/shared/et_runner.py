@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arrcoc_edge import scratch
 from arrcoc_edge import subproc
 from arrcoc_edge.errors import GateError, HostCapabilityError
 from arrcoc_edge.targets.shared import arm64
@@ -84,7 +85,7 @@ class RunnerProcess:
         self.isa, self.threads = isa, threads
         self.timeout = timeout
         self.proc: subprocess.Popen | None = None
-        self.folder: tempfile.TemporaryDirectory | None = None
+        self.folder: scratch.TemporaryFolder | None = None
         self.label = ""
 
     def __enter__(self) -> RunnerProcess:
@@ -95,7 +96,7 @@ class RunnerProcess:
 
     def _start(self) -> None:
         cmd, self.label = command(self.isa, self.threads)
-        self.folder = self.folder or tempfile.TemporaryDirectory(prefix="arrcoc-arm64-et-")
+        self.folder = self.folder or scratch.TemporaryFolder("arrcoc-arm64-et-", family="arrcoc-")  # swept after a kill -9
         home = Path(self.folder.name)
         # a clean environment (no QEMU_* or LD_* of the user's); OpenMP's pool sized as XNNPACK's
         env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "OMP_NUM_THREADS": str(self.threads)}
