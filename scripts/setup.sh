@@ -13,7 +13,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 EXTRAS=$(cat scripts/extras.txt | tr -d ' \n')
 # constraints.txt pins every transitive dependency, so a fresh machine gets the same set.
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${EXTRAS}]"
+# strict: the editable install is a tree of links laid out as the wheel installs (targets/ inside
+# arrcoc_edge/), so lint-imports and every import see the package as users get it; a module added
+# to pipeline/ or targets/ is importable after this step runs again.
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[${EXTRAS}]" --config-settings editable_mode=strict
 
 # System packages and npm modules for targets that need them (each script is a no-op when done).
 for step in scripts/setup.d/*.sh; do
