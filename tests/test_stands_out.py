@@ -88,7 +88,7 @@ def test_a_query_mostly_outside_the_vocabulary_is_said_once():
     copies it): a Japanese query is mostly [UNK] and lone characters; English is not."""
     from tokenizers import Tokenizer
 
-    from arrcoc_edge.frontends.predict import vocabulary_warning
+    from arrcoc_edge.frontends.queries import vocabulary_warning
     from arrcoc_edge.relevance.text_encoder import model_dir
 
     tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))

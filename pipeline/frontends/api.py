@@ -26,6 +26,7 @@ from arrcoc_edge.errors import ArrcocError, InputError
 # arrcoc_edge.frontends.api is imported on the first use of build or load, never by `import arrcoc_edge`: these
 # module imports (torch among them) cost nothing on each call, where an import statement would
 from arrcoc_edge.frontends import predict as pr
+from arrcoc_edge.frontends import queries
 from arrcoc_edge.frontends.photos import decoded_photos, photo_list, photo_pixels, progress_bar
 from arrcoc_edge.stages.golden import load_photo
 
@@ -214,12 +215,12 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
 
 
 def _encoder_ahead(dim: int, base: Path, manifest: dict, targets: dict, verbose: bool):
-    """pr.sentence_encoder started on a thread: a Future whose result() waits and re-raises."""
+    """queries.sentence_encoder started on a thread: a Future whose result() waits and re-raises."""
     from concurrent.futures import ThreadPoolExecutor
 
     def run():
         with pr.third_party_quiet(verbose):
-            return pr.sentence_encoder(dim, base, manifest, targets)
+            return queries.sentence_encoder(dim, base, manifest, targets)
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="arrcoc-sentence-encoder")
     future = pool.submit(run)
@@ -266,7 +267,7 @@ class Model:
         self.runtime = f"{name} ({runner.runtime})"  # as the JSON's "runtime" says it
         self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
         self._texts: dict[str, np.ndarray] = {}
-        self._encoder = None  # the sentence encoder, loaded on the first sentence (pr.sentence_encoder)
+        self._encoder = None  # the sentence encoder, loaded on the first sentence (queries.sentence_encoder)
         self._encoder_load = None  # or on a thread since load(..., sentences=True): a Future
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
         # one Model may be shared between threads: its runtime calls and text cache take turns (not
@@ -425,7 +426,7 @@ class Model:
     def _query_row(self, query) -> np.ndarray:
         """The query as the model takes it, float32 [1, D]."""
         if type(query) is np.ndarray and query.dtype == np.float32 and query.shape == (self.query_dim,) and \
-                np.abs(query).max() <= pr.MAX_QUERY_ABS:
+                np.abs(query).max() <= queries.MAX_QUERY_ABS:
             return query[None]  # the common case in one reduction (NaN compares False: it is checked below)
         if isinstance(query, str):
             return self._text_vector(query)
@@ -440,7 +441,7 @@ class Model:
                              f"array [{self.query_dim}]",
                              f"pass a float vector of shape [{self.query_dim}] (the checkpoint's query width)")
         vec = vec.astype(np.float32, copy=False)
-        pr.check_query_values(vec, "the query array")
+        queries.check_query_values(vec, "the query array")
         return vec[None]
 
     def _text_vector(self, text: str) -> np.ndarray:
@@ -450,14 +451,14 @@ class Model:
     def _cached_text_vector(self, text: str) -> np.ndarray:
         vector = self._texts.get(text)
         if vector is None:
-            pr.check_query_text(text, "the query")
+            queries.check_query_text(text, "the query")
             self._open_runner()
             with pr.third_party_quiet(self._verbose):
                 if self._encoder is None and self._encoder_load is not None:  # load(..., sentences=True)
                     loading, self._encoder_load = self._encoder_load, None
                     self._encoder = loading.result()
                 if self._encoder is None:  # loaded once: a new sentence then costs milliseconds
-                    self._encoder = pr.sentence_encoder(self.query_dim, self._base, self.manifest, self._targets)
+                    self._encoder = queries.sentence_encoder(self.query_dim, self._base, self.manifest, self._targets)
                 vector = self._encoder(text)
             if len(self._texts) >= TEXT_CACHE:
                 self._texts.pop(next(iter(self._texts)))

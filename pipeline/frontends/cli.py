@@ -346,6 +346,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     from arrcoc_edge.errors import InputError
     from arrcoc_edge.frontends import batch
     from arrcoc_edge.frontends import predict as pr
+    from arrcoc_edge.frontends.queries import check_query_text, embedding_file, warn_unknown_words
 
     images, queries = _listed(image), _listed(query)
     if not images:
@@ -354,7 +355,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
         raise InputError("give exactly one of --query TEXT and --query-embedding FILE.npy",
                          "e.g. --query 'something red' or --query-embedding q.npy (float32 [D])")
     for text in queries:
-        pr.check_query_text(text)
+        check_query_text(text)
     photos, several = batch.photo_inputs(images)
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
     root = opts.release_folder(out, DEFAULT_OUT)  # only read: a kept release too
@@ -368,9 +369,9 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     if json_file and heatmap_file and os.path.realpath(json_file) == os.path.realpath(heatmap_file):
         raise InputError(f"--json and --heatmap name one file ({json_file})", "give them two different file names")
     with _model(root, runtime, verbose, sentences=bool(queries)) as model:  # arrcoc_edge.load: what a Python caller runs
-        query = queries[0] if queries else pr._embedding_file(embedding, model.query_dim)[0]
+        query = queries[0] if queries else embedding_file(embedding, model.query_dim)[0]
         result = model._predict_one(photo, query, timed=True)
-        pr.warn_unknown_words(model, queries[0] if queries else None)
+        warn_unknown_words(model, queries[0] if queries else None)
     # the files first: a reader that leaves early (`| head`) must not cost them
     saved = pr.save_outputs(result, json_file, heatmap_file, fmt, say=None)
     print(pr.describe(result.record, queries[0] if queries else None, every_cell))
@@ -401,6 +402,7 @@ def _predict_many(given, photos, queries, embedding, root, runtime, json_path, h
     """Several photos or queries (pipeline/frontends/batch.py): outputs checked first, then one model load."""
     from arrcoc_edge.frontends import batch
     from arrcoc_edge.frontends import predict as pr
+    from arrcoc_edge.frontends.queries import embedding_file, warn_unknown_words
 
     inputs = photos + ([embedding] if embedding else [])
     json_file = pr.output_file("json", json_path, inputs, root) if json_path is not None else None
@@ -408,9 +410,9 @@ def _predict_many(given, photos, queries, embedding, root, runtime, json_path, h
                 if heatmap is not None else None)
     with _model(root, runtime, verbose, sentences=bool(queries)) as model:
         wanted = ([("query", text, text) for text in queries] if queries else
-                  [("query_embedding", str(embedding), pr._embedding_file(embedding, model.query_dim)[0])])
+                  [("query_embedding", str(embedding), embedding_file(embedding, model.query_dim)[0])])
         for text in queries:
-            pr.warn_unknown_words(model, text)
+            warn_unknown_words(model, text)
         return batch.run(model, photos, wanted, json_file, heatmaps, every_cell)
 
 
