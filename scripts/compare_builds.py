@@ -52,7 +52,7 @@ def _runners(out: Path) -> dict:
     import torch.jit.mobile  # noqa: F401 - not imported by `import torch`
 
     from arrcoc_edge.targets.shared import onnx_common
-    from arrcoc_edge.targets.executorch import pte_runner
+    from arrcoc_edge.targets.executorch.runtime import pte_runner
 
     runners = {}
     if (out / "onnx" / "model.onnx").exists():

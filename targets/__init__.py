@@ -11,7 +11,7 @@ from arrcoc_edge.targets.android.target import AndroidTarget
 # `invoke app-tokenize` reaches the apps' tokenizers here, like every target (.importlinter)
 from arrcoc_edge.targets.app_tokenize import APPS as TOKENIZER_APPS, app_tokenize as tokenize_for_app
 from arrcoc_edge.targets.coreml.target import CoremlTarget
-from arrcoc_edge.targets.executorch import ExecutorchTarget
+from arrcoc_edge.targets.executorch.target import ExecutorchTarget
 from arrcoc_edge.targets.ios.target import IosTarget
 from arrcoc_edge.targets.onnx import OnnxTarget
 from arrcoc_edge.targets.onnx_int8.target import OnnxInt8Target

@@ -72,13 +72,13 @@ class AppEncoder:
 
 
 def runtime_name() -> str:
-    from arrcoc_edge.targets.executorch import version
+    from arrcoc_edge.targets.executorch.runtime import version
 
     return f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)"
 
 
 def _method(path: Path):
-    from arrcoc_edge.targets.executorch import _method as method
+    from arrcoc_edge.targets.executorch.runtime import _method as method
 
     return method(path)
 
@@ -156,7 +156,7 @@ def lower_pte(program, path: Path) -> Path:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from arrcoc_edge.targets.executorch import _edge_config
+    from arrcoc_edge.targets.executorch.target import _edge_config
 
     try:
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], compile_config=_edge_config())
@@ -170,7 +170,7 @@ def lower_pte(program, path: Path) -> Path:
 def convert_minilm_pte(variant: str, dest: Path, log) -> Path:
     """dest/ENCODER_FILE: the one-query MiniLM encoder lowered to ExecuTorch. It depends on the
     MiniLM snapshot, not on the checkpoint: lowered once per snapshot, tools and code (conversion_cache)."""
-    from arrcoc_edge.targets.executorch import LOWERING_TOOLS
+    from arrcoc_edge.targets.executorch.target import LOWERING_TOOLS
     from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
 
     def convert(folder: Path) -> dict:

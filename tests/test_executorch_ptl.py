@@ -10,7 +10,8 @@ import torch
 pytestmark = pytest.mark.slow
 pytest.importorskip("executorch", reason="the mobile extra (executorch) is not installed")
 
-from arrcoc_edge.targets import executorch as et  # noqa: E402
+from arrcoc_edge.targets.executorch import runtime as et_runtime  # noqa: E402
+from arrcoc_edge.targets.executorch import target as et  # noqa: E402
 from arrcoc_edge.targets import ptl  # noqa: E402
 
 
@@ -72,17 +73,17 @@ def test_pte_16g_method_equals_forward_bit_for_bit(built, golden, variant):
 
     out, _, manifest = built
     info = manifest["targets"]["executorch"]["variants"][variant]["info"]
-    assert et.SQUARE_METHOD in info["methods"]
+    assert et_runtime.SQUARE_METHOD in info["methods"]
     path = out / "executorch" / (et.FP32_FILE if variant == "fp32" else et.INT8_FILE)
     program = Runtime.get().load_program(str(path))
-    assert set(program.method_names) == {"forward", et.SQUARE_METHOD}
+    assert set(program.method_names) == {"forward", et_runtime.SQUARE_METHOD}
     crops = golden.heldout.inputs(0, 3)
     args = [torch.from_numpy(np.ascontiguousarray(crops["image"])), torch.from_numpy(np.ascontiguousarray(crops["query"]))]
     general = program.load_method("forward").execute(args)
-    square = program.load_method(et.SQUARE_METHOD).execute(args)
+    square = program.load_method(et_runtime.SQUARE_METHOD).execute(args)
     for a, b in zip(general, square):
         assert torch.equal(a, b)
-    ran = et.pte_runner(path, info["max_batch"]).run(crops)
+    ran = et_runtime.pte_runner(path, info["max_batch"]).run(crops)
     np.testing.assert_array_equal(ran["relevance"], general[0].numpy())
 
 
@@ -106,7 +107,7 @@ def test_ptl_16g_method_equals_forward_bit_for_bit(built, golden):
 def test_pte_batch_equals_single_runs(built, golden):
     out, _, manifest = built
     path = out / "executorch" / et.FP32_FILE
-    runner = et.pte_runner(path, manifest["targets"]["executorch"]["variants"]["fp32"]["info"]["max_batch"])
+    runner = et_runtime.pte_runner(path, manifest["targets"]["executorch"]["variants"]["fp32"]["info"]["max_batch"])
     split = golden.heldout
     crops = split.inputs(0, 6)
     # a strided view on purpose: the runtime must be given contiguous copies
@@ -142,7 +143,7 @@ def test_pte_and_ptl_take_any_photo_size(built, golden, loaded, size):
         want = loaded.model(torch.from_numpy(photo), torch.from_numpy(inputs["query"]))
     info = manifest["targets"]["executorch"]["variants"]["fp32"]["info"]
     ptl_info = manifest["targets"]["ptl"]["variants"]["fp32"]["info"]
-    for runner in (et.pte_runner(out / "executorch" / et.FP32_FILE, info["max_batch"]),
+    for runner in (et_runtime.pte_runner(out / "executorch" / et.FP32_FILE, info["max_batch"]),
                    ptl.ptl_runner(out / "ptl" / ptl.PTL_FILE, ptl_info["square_side"])):
         got = runner.run(inputs)
         # 1e-4, the fidelity bar of every exactness test: since the shipped balancer weighs the entropy
@@ -159,7 +160,7 @@ def test_corrupt_pte_is_a_clear_error(tmp_path, loaded):
     from arrcoc_edge.errors import ExportError
 
     with pytest.raises(ExportError) as info:
-        et.check_method_meta(bad, loaded.config)
+        et_runtime.check_method_meta(bad, loaded.config)
     line = info.value.one_line()
     assert "model.pte does not load in the ExecuTorch runtime" in line and "-> fix:" in line and "\n" not in line
 

@@ -207,7 +207,8 @@ def _onnx(ckpt, folder):
 
 def _executorch(ckpt, folder):
     from arrcoc_edge.stages.export import export_form
-    from arrcoc_edge.targets.executorch import lower, pte_runner
+    from arrcoc_edge.targets.executorch.runtime import pte_runner
+    from arrcoc_edge.targets.executorch.target import lower
 
     info = lower(export_form(ckpt.model, fast_path=False), folder / "model.pte")
     runner = pte_runner(folder / "model.pte", info["max_batch"])

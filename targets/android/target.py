@@ -66,7 +66,7 @@ def app_assets_dir() -> Path | None:
 
 
 def executorch_version() -> str:
-    from arrcoc_edge.targets.executorch import version
+    from arrcoc_edge.targets.executorch.runtime import version
 
     return version()
 
@@ -85,7 +85,7 @@ def artifact_entry(report) -> dict:
     }
     if "quantization" in v.info:
         entry["quantization"] = v.info["quantization"]
-    # the .pte's second method for 16G x 16G photos (targets/executorch.py SQUARE_METHOD), which the
+    # the .pte's second method for 16G x 16G photos (targets/executorch/runtime.py SQUARE_METHOD), which the
     # app calls for such photos: the same numbers as forward there, without the resize
     entry["square_method"] = next((m for m in v.info.get("methods", {}) if m != "forward"), None)
     return entry
@@ -189,14 +189,14 @@ class AndroidTarget(Target):
     def _pte_runners(ctx: BuildContext, data: dict) -> dict:
         """The staged .pte files in ExecuTorch's Python runtime: what the JVM tests compare Kotlin's
         parity numbers on (no ExecuTorch runtime exists for a desktop JVM)."""
-        from arrcoc_edge.targets.executorch import pte_runner
+        from arrcoc_edge.targets.executorch.runtime import pte_runner
 
         return {key: pte_runner(ctx.staging / entry["file"], entry["max_batch"]).run
                 for key, entry in data["artifacts"].items()}
 
     def _publish_to_app(self, ctx: BuildContext, variant: Variant, data: dict) -> None:
         """Every check first, then the copy: a failed check or copy leaves the app's assets alone."""
-        from arrcoc_edge.targets.executorch import check_method_meta
+        from arrcoc_edge.targets.executorch.runtime import check_method_meta
 
         check_bundle(data, ctx.staging)
         for entry in data["artifacts"].values():
@@ -228,7 +228,7 @@ class AndroidTarget(Target):
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         data = json.loads((ctx.staging / mobile_contract.CONTRACT_FILE).read_text())
-        from arrcoc_edge.targets.executorch import check_method_meta
+        from arrcoc_edge.targets.executorch.runtime import check_method_meta
 
         checks = check_bundle(data, ctx.staging)
         upstream = {r.variant.name: r.variant.files[0] for r in ctx.upstream["executorch"].variants}

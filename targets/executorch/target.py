@@ -1,4 +1,5 @@
-"""ExecuTorch: XNNPACK-delegated .pte files (FP32 and dynamic-int8), checked in the ExecuTorch runtime.
+"""ExecuTorch: lowering the exported program to XNNPACK-delegated .pte files (FP32 and dynamic
+int8), and the target that builds, gates and publishes them (runtime.py runs them, bench.py times them).
 
 Both variants keep the exported program's dynamic batch; ExecuTorch plans memory for an
 upper bound, which is read back from the .pte's MethodMeta and used as the Runner's max batch
@@ -8,34 +9,24 @@ Pitfalls measured here (see TOOLCHAIN.md, Mobile):
   * lowering mutates the ExportedProgram: every lowering starts from `ctx.program.load()`;
   * static int8 PT2E ruins the ranking; DYNAMIC int8 (weights int8 per channel, activations
     quantised at run time) on the learned nn.Linear layers keeps top-K (quantising every conv
-    would take the fixed texture front end to 8 bits too);
-  * the ExecuTorch Python runtime ignores the strides of a non-contiguous input tensor and
-    silently computes garbage (relevance max abs 0.75 measured): inputs are copied contiguous.
+    would take the fixed texture front end to 8 bits too).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import importlib.metadata
-import os
-import time
 from pathlib import Path
 
-import numpy as np
-
 from arrcoc_edge.errors import ExportError
-from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
 
+from arrcoc_edge.targets.executorch.bench import PoolWorker, cpp_bench_case
+from arrcoc_edge.targets.executorch.runtime import SQUARE_METHOD, _program, check_method_meta, cpp_runner, pte_runner
 from arrcoc_edge.targets.shared import arm64, et_runner
 from arrcoc_edge.targets.shared.onnx_common import param_bytes
 
 FP32_FILE = "model_fp32.pte"
 INT8_FILE = "model_int8.pte"
-# ExecuTorch ScalarType codes (as in c10) of the contract's dtypes: 6 = Float, 4 = Long.
-_SCALAR_TYPES = {0: "uint8", 6: "float32", 4: "int64", 3: "int32"}
-_EXPECTED_DTYPES = {"image": "uint8", "query": "float32", "relevance": "float32", "topk_indices": "int64", "weights": "float32"}
 
 
 def _budgets(ctx: BuildContext) -> tuple[int, int]:
@@ -47,10 +38,6 @@ def _budgets(ctx: BuildContext) -> tuple[int, int]:
 
 def _gate(base: Gate, budget: int) -> Gate:
     return Gate({**base.maxima, "size_bytes": budget}, base.minima, base.tie_tolerance)
-
-
-def version() -> str:
-    return importlib.metadata.version("executorch")
 
 
 def delegation_summary(edge_program) -> dict:
@@ -88,12 +75,6 @@ def _backend_config():
     from executorch.exir.passes import MemoryPlanningPass
 
     return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
-
-
-# The .pte's second method: photos of exactly 16G x 16G only, no resize (PhotoWindows.square_only).
-# "forward" takes every size; a caller holding a 16G x 16G photo may call this one instead and gets
-# the same numbers bit for bit (tests/test_executorch_ptl.py), faster.
-SQUARE_METHOD = "forward_16g"
 
 
 def _edge_config():
@@ -317,226 +298,3 @@ class ExecutorchTarget(Target):
         return cases
 
 
-def cpp_bench_case(path: Path, max_batch: int, name: str, note: str | None) -> list:
-    """The .pte in the project's C++ runner on one thread: what an app's native code pays with no
-    Python, beside the Python bindings' 1-thread row. None where set-up built no runner here."""
-    from arrcoc_edge.errors import HostCapabilityError
-    from arrcoc_edge.stages.target import BenchCase
-
-    try:
-        et_runner.runner_tree()
-    except HostCapabilityError:
-        return []
-    import atexit
-
-    process = et_runner.RunnerProcess(None, threads=1)
-    atexit.register(process.close)
-    program = _program(path)  # the 16G method's side, read as pte_runner reads it
-    side = (int(program.load_method(SQUARE_METHOD).metadata.input_tensor_meta(0).sizes()[1])
-            if SQUARE_METHOD in program.method_names else None)
-
-    def run(inputs: dict) -> float:  # an untimed call, then the timed one, both in the runner
-        image = np.ascontiguousarray(inputs["image"], dtype=np.uint8)
-        method = et_runner.method_for(image, side)
-        return et_runner.timed(process, path, [image, np.ascontiguousarray(inputs["query"], dtype=np.float32)], method)
-
-    label = lambda n: f"executorch {n} (C++ runner, 1 thread)"  # noqa: E731
-    return [BenchCase(label(name), run, 1, self_timed=True, warm_call=False, max_batch=max_batch,
-                      compare_to=label("fp32") if name != "fp32" else None, speed_note=note)]
-
-
-class PoolWorker:
-    """A .pte run in a child process whose XNNPACK pool was sized once, at start, before any program
-    was loaded (and its OpenMP pool by OMP_NUM_THREADS): the only safe way to time ExecuTorch on a
-    pool other than this process's (above).
-
-    run(inputs) hands the worker the inputs once per distinct input (a pipe, untimed), then asks
-    for an untimed call and a timed one back to back (steady state, as the other cases); it returns
-    the milliseconds the worker measured around the timed call (the same runner as in-process:
-    tensors from numpy, execute, outputs copied out)."""
-
-    def __init__(self, path: Path, max_batch: int, threads: int):
-        import atexit
-        import subprocess
-        import sys
-
-        root = str(Path(__file__).resolve().parents[1])
-        to_child, self._send = os.pipe()
-        self._recv, from_child = os.pipe()
-        code = ("import sys; sys.path.insert(0, %r); from arrcoc_edge.targets.executorch import _serve_pool_worker; "
-                "_serve_pool_worker(%r, %d, %d, %d, %d)" % (root, str(path), max_batch, threads, to_child, from_child))
-        # The kernels outside XNNPACK (libexecutorch_kernels_optimized) parallelise with OpenMP, a
-        # second pool that _unsafe_reset_threadpool does not size: OMP_NUM_THREADS does. Without it
-        # a "1-thread" run used 2 OpenMP threads, and on this 2-core host a batch of 8 took 16.5 ms
-        # instead of 1.8 ms (the windows alone, measured): the threads contended with the pool.
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        # the child's own output (cpuinfo, XNNPACK, import warnings) goes where this process's does
-        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child, from_child), env=env)
-        os.close(to_child)
-        os.close(from_child)
-        self._w, self._r = os.fdopen(self._send, "wb"), os.fdopen(self._recv, "rb")
-        atexit.register(self.close)
-        self._key = None
-        self.threads = self._ask(("threads",))
-
-    def _ask(self, message):
-        import pickle
-
-        pickle.dump(message, self._w, protocol=pickle.HIGHEST_PROTOCOL)
-        self._w.flush()
-        try:
-            status, value = pickle.load(self._r)
-        except EOFError:
-            raise ExportError(f"the ExecuTorch worker process stopped (exit {self._proc.wait()})",
-                              "run the bench with --verbose and read OUT/bench.log") from None
-        if status != "ok":
-            raise ExportError(f"the ExecuTorch worker failed: {value}", "read OUT/bench.log")
-        return value
-
-    def run(self, inputs: dict) -> float:
-        key = (id(inputs["image"]), inputs["image"].shape, id(inputs["query"]))
-        if key != self._key:
-            self._ask(("inputs", {k: np.ascontiguousarray(v) for k, v in inputs.items()}))
-            self._key = key
-        return self._ask(("run",))
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self._w.close()
-            try:
-                self._proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001 - a stuck worker must not hang the exit
-                self._proc.kill()
-
-
-def _serve_pool_worker(path: str, max_batch: int, threads: int, rfd: int, wfd: int) -> None:
-    """The worker's loop (PoolWorker): size the pool, load the program, answer until the pipe closes."""
-    import pickle
-    import time
-
-    from executorch.extension.pybindings import portable_lib
-
-    portable_lib._unsafe_reset_threadpool(threads)
-    runner = pte_runner(Path(path), max_batch)
-    r, w = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
-    inputs = None
-    while True:
-        try:
-            message = pickle.load(r)
-        except EOFError:
-            return
-        try:
-            if message[0] == "threads":
-                reply = portable_lib._threadpool_get_thread_count()
-            elif message[0] == "inputs":
-                inputs, reply = message[1], None
-            else:
-                runner.run(inputs)
-                start = time.perf_counter()
-                runner.run(inputs)
-                reply = (time.perf_counter() - start) * 1000.0
-            pickle.dump(("ok", reply), w)
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            pickle.dump(("error", f"{type(exc).__name__}: {exc}"), w)
-        w.flush()
-
-
-def _method(path: Path, name: str = "forward"):
-    return _program(path).load_method(name)
-
-
-def _program(path: Path | bytes):
-    """path: a .pte file, or its checked bytes. The runtime does NOT copy a buffer: it reads the
-    caller's bytes for as long as the program lives, so pte_runner keeps them referenced (a runner
-    whose bytes were collected segfaulted on its first call, measured)."""
-    from executorch.runtime import Runtime
-
-    try:
-        return Runtime.get().load_program(path if isinstance(path, bytes) else str(path))
-    except Exception as exc:  # the runtime raises RuntimeError / ValueError with a C++ status code
-        raise ExportError(f"{'the checked .pte' if isinstance(path, bytes) else path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
-                          "rebuild it with `invoke build --target executorch`") from exc
-
-
-def check_method_meta(path: Path, cfg) -> list[str]:
-    """Input/output count, dtypes and fixed dims of the .pte's forward vs the contract."""
-    meta = _method(path).metadata
-    if meta.num_inputs() != 2 or meta.num_outputs() != 3:
-        raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / 3",
-                          "the exported program must take (image, query) and return (relevance, topk_indices, weights)")
-    from arrcoc_edge.relevance.signature import MAX_SIDE
-
-    # Dynamic dimensions show their upper bounds: the photo's height and width up to MAX_SIDE.
-    want = {"image": [MAX_SIDE, MAX_SIDE, 3], "query": [cfg.query_dim],
-            "relevance": [cfg.num_patches], "topk_indices": [cfg.top_k], "weights": [3]}
-    infos = [meta.input_tensor_meta(i) for i in range(2)] + [meta.output_tensor_meta(i) for i in range(3)]
-    problems = []
-    for name, info in zip(want, infos):
-        dtype = _SCALAR_TYPES.get(int(info.dtype()), f"ScalarType {info.dtype()}")
-        if dtype != _EXPECTED_DTYPES[name] or list(info.sizes())[1:] != want[name]:
-            problems.append(f"{name} is {dtype}{list(info.sizes())}")
-    lines = ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and dims match (image uint8 up to "
-             f"{MAX_SIDE} x {MAX_SIDE}, topk int64)"]
-    program = _program(path)
-    if SQUARE_METHOD in program.method_names:
-        square = program.load_method(SQUARE_METHOD).metadata
-        image = square.input_tensor_meta(0)
-        want_image = [cfg.image_size, cfg.image_size, 3]
-        if square.num_inputs() != 2 or square.num_outputs() != 3 or list(image.sizes())[1:] != want_image \
-                or _SCALAR_TYPES.get(int(image.dtype())) != "uint8":
-            problems.append(f"{SQUARE_METHOD} takes {square.num_inputs()} inputs ({list(image.sizes())}), "
-                            f"expected uint8 [B,{cfg.image_size},{cfg.image_size},3] and the query")
-        lines.append(f"second method {SQUARE_METHOD}: {cfg.image_size} x {cfg.image_size} photos only (no resize)")
-    if problems:
-        raise ExportError(f"{path.name}: I/O contract broken: {'; '.join(problems)}",
-                          "fix the export so dtypes and shapes match the contract")
-    return lines
-
-
-def pte_runner(path: Path | bytes, max_batch: int) -> Runner:
-    import torch
-
-    program = _program(path)
-    keep = path  # the checked bytes the program reads in place: alive as long as run() is
-    method = program.load_method("forward")
-    # the 16G method, when the program holds one, for photos of exactly that size
-    square = program.load_method(SQUARE_METHOD) if SQUARE_METHOD in program.method_names else None
-    side = int(square.metadata.input_tensor_meta(0).sizes()[1]) if square is not None else None
-
-    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        # The runtime reads a non-contiguous tensor as if it were contiguous: copy only those (an
-        # unconditional copy cost 0.3 ms of 1.8 at G=32 batch 1 and 2.5 of 11 ms at batch 8, measured).
-        args = [torch.from_numpy(np.ascontiguousarray(inputs["image"], dtype=np.uint8)),
-                torch.from_numpy(np.ascontiguousarray(inputs["query"], dtype=np.float32))]
-        shape = args[0].shape
-        outs = (square if side is not None and shape[1] == side and shape[2] == side else method).execute(args)
-        assert keep is not None  # run() holds the program's buffer
-        return {name: out.numpy().copy() for name, out in zip(OUTPUT_NAMES, outs)}
-
-    return Runner(run, f"ExecuTorch {version()} runtime (XNNPACK + portable kernels)", max_batch=max_batch)
-
-
-def cpp_runner(path: Path, max_batch: int, square_side: int | None, process: et_runner.RunnerProcess,
-               isa: str | None = None) -> Runner:
-    """`path` in the project's C++ runner (`process`: this host's or an emulated CPU model's), every
-    batch of a split in one request stream; the 16G method for photos of that size, as pte_runner."""
-    runner = Runner(run=lambda inputs: run_many([inputs])[0], runtime="", max_batch=max_batch)
-    runner.facts = {"cpu": et_runner.CPUS[isa][1]} if isa else {}
-
-    def run_many(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-        started, results, calls = time.monotonic(), [], []
-        for batch in batches:
-            image = np.ascontiguousarray(batch["image"], dtype=np.uint8)
-            method = et_runner.method_for(image, square_side)
-            outs, answer = process.request(path, method, [image, np.ascontiguousarray(batch["query"], dtype=np.float32)])
-            results.append(dict(zip(OUTPUT_NAMES, outs)))
-            calls.append({"batch": f"{image.shape[0]} x {image.shape[1]}x{image.shape[2]}", "ms": round(float(answer.get("first_ms", 0)), 1)})
-        runner.runtime = f"ExecuTorch {version()} C++ runtime (XNNPACK + portable kernels, 1 thread), {process.label}"
-        runner.facts.update(calls=len(calls), call_ms=calls, wall_s=round(time.monotonic() - started, 1),
-                            ms_per_call_median=round(float(np.median([c["ms"] for c in calls])), 1) if calls else None)
-        return results
-
-    runner.run_many = run_many
-    return runner
