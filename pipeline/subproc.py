@@ -12,6 +12,7 @@ working folder give the same bytes. It only affects that child.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -51,3 +52,22 @@ def popen(cmd: list[str], own_session: bool = False, **kwargs) -> subprocess.Pop
     PR_SET_PDEATHSIG follows the thread that starts it, so start it from the thread that uses it.
     own_session: the terminal's Ctrl-C reaches only this process, which passes it on itself."""
     return subprocess.Popen(cmd, preexec_fn=_setup(False), start_new_session=own_session, **kwargs)
+
+
+def stop(proc: subprocess.Popen, kill: bool = False, grace: float = 10) -> int:
+    """End a worker popen() started that reads requests on stdin: the end of its stdin lets it exit
+    (killed after `grace` seconds, or at once with kill); its pipes closed. Returns its exit status."""
+    if not kill:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # a worker that already died: a broken pipe
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            kill = True
+    if kill:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        with contextlib.suppress(OSError):
+            pipe.close()
+    return proc.returncode

@@ -6,6 +6,7 @@
 # written last tells a complete chroot from one a killed run left half made.
 #   ARRCOC_SWIFT_CHROOT  where the chroot lives (default /var/cache/arrcoc-edge/swift-trixie)
 set -euo pipefail
+source "$(dirname "$0")/../setup-common.sh"
 
 # A host with a working Swift of its own (macOS with Xcode, a Linux swift.org install) needs none.
 if command -v swift >/dev/null && swift --version >/dev/null 2>&1; then
@@ -32,14 +33,7 @@ fi
 # below may delete or populate it while a compile is running in it.
 # Like targets/ios/swift.py open_lock: only a regular file of root's, never a link (followed) or a
 # FIFO (open would wait forever).
-mkdir -p "$(dirname "$root")"
-lock=$root.lock
-if [ -L "$lock" ] || { [ -e "$lock" ] && { [ ! -f "$lock" ] || [ ! -O "$lock" ]; }; }; then
-    echo "setup: $lock is not a regular file of root's (a link, a FIFO or another user's); remove it, then run bash scripts/setup.sh again" >&2
-    exit 1
-fi
-exec 9>>"$lock"
-flock 9
+lock_beside "$root"
 [ -f "$marker" ] && exit 0
 
 mounts_under() {  # mount points at or below the chroot, deepest first
@@ -63,8 +57,7 @@ if [ -e "$root" ]; then
 fi
 
 # The system's own Debian mirror (deb.debian.org unless this host is configured otherwise).
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$(debian_mirror)
 start=$(date +%s)
 debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.debootstrap.log" 2>&1 || {
     echo "setup: debootstrap trixie failed; see $root.debootstrap.log" >&2

@@ -12,6 +12,7 @@
 # a run whose pins match is a no-op and a pin change makes it again.
 #   ARRCOC_ARM64_ROOT  where it lives (default /var/cache/arrcoc-edge/arm64-bookworm)
 set -euo pipefail
+source "$(dirname "$0")/../setup-common.sh"
 cd "$(dirname "$0")/../.."
 
 case "$(uname -m)" in
@@ -27,7 +28,7 @@ pins=$(grep -E '^(onnxruntime|numpy)==' constraints.txt | sort | tr '\n' ' ')
 # RECIPE: bump it when what this script fetches changes, so a root made by the old recipe is made again
 RECIPE=2
 want="recipe $RECIPE; wheels: ${pins% }"
-if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
+if is_ready "$marker" "$want"; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -35,15 +36,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 
-mkdir -p "$(dirname "$root")"
-lock=$root.lock
-if [ -L "$lock" ] || { [ -e "$lock" ] && { [ ! -f "$lock" ] || [ ! -O "$lock" ]; }; }; then
-    echo "setup: $lock is not a regular file of root's (a link, a FIFO or another user's); remove it, then run bash scripts/setup.sh again" >&2
-    exit 1
-fi
-exec 9>>"$lock"
-flock 9
-if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
+lock_beside "$root"
+if is_ready "$marker" "$want"; then
     exit 0
 fi
 # a folder at that path without our marker is not ours: never replaced
@@ -57,8 +51,7 @@ rm -rf --one-file-system "$root".partial.*
 new=$(mktemp -d "$root.partial.XXXXXX")
 trap 'rm -rf --one-file-system "$new"' EXIT
 
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$(debian_mirror)
 security=$(awk '/^URIs:/ {u=$2} /^Suites:.*-security/ {print u; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 security=${security:-http://deb.debian.org/debian-security}
 key=/usr/share/keyrings/debian-archive-keyring.gpg

@@ -13,6 +13,7 @@
 # again. The tree is root's, 0755: other users may run it, none may write it.
 #   ARRCOC_ET_RUNNER_ROOT  where it lives (default /var/cache/arrcoc-edge/executorch-runner)
 set -euo pipefail
+source "$(dirname "$0")/../setup-common.sh"
 cd "$(dirname "$0")/../.."
 
 case "$(uname -m)" in
@@ -30,7 +31,7 @@ source_sha=$(sha256sum targets/shared/et_runner.cpp | cut -d' ' -f1)
 CROSS_VERSION=12.2.0-14cross1   # bookworm's g++-12-aarch64-linux-gnu
 RECIPE=1   # bump it when what this script fetches or how it compiles changes
 want="recipe $RECIPE; $pin; g++-12-aarch64-linux-gnu $CROSS_VERSION; runner $source_sha"
-if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
+if is_ready "$marker" "$want"; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -44,15 +45,8 @@ if [ -z "$x86_et" ] || [ ! -f "$x86_et/lib/libexecutorch.so" ]; then
     exit 0
 fi
 
-mkdir -p "$(dirname "$root")"
-lock=$root.lock
-if [ -L "$lock" ] || { [ -e "$lock" ] && { [ ! -f "$lock" ] || [ ! -O "$lock" ]; }; }; then
-    echo "setup: $lock is not a regular file of root's (a link, a FIFO or another user's); remove it, then run bash scripts/setup.sh again" >&2
-    exit 1
-fi
-exec 9>>"$lock"
-flock 9
-if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
+lock_beside "$root"
+if is_ready "$marker" "$want"; then
     exit 0
 fi
 if [ -e "$root" ] && [ ! -f "$marker" ]; then   # a folder without our marker is not ours: never replaced
@@ -64,8 +58,7 @@ rm -rf --one-file-system "$root".partial.*   # only our own leftovers (a killed 
 new=$(mktemp -d "$root.partial.XXXXXX")
 trap 'rm -rf --one-file-system "$new"' EXIT
 
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$(debian_mirror)
 key=/usr/share/keyrings/debian-archive-keyring.gpg
 apt=$new/apt
 mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$new/deb"

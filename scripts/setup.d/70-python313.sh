@@ -6,6 +6,7 @@
 # so tests/test_python313.py makes fresh venvs there offline. No system change on the host.
 #   ARRCOC_SWIFT_CHROOT  the chroot (default /var/cache/arrcoc-edge/swift-trixie)
 set -euo pipefail
+source "$(dirname "$0")/../setup-common.sh"
 cd "$(dirname "$0")/../.."
 
 root=$(realpath -m "${ARRCOC_SWIFT_CHROOT:-/var/cache/arrcoc-edge/swift-trixie}")
@@ -20,7 +21,7 @@ deps=$(grep -E '^(numpy|pillow|onnxruntime|tokenizers|invoke)==' constraints.txt
 CLASH="pipeline==0.1.0"
 RECIPE=1
 want="recipe $RECIPE; wheels: ${deps% } $CLASH"
-if [ -f "$marker" ] && grep -qxF "$want" "$marker"; then
+if is_ready "$marker" "$want"; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -29,13 +30,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # the chroot's own lock (50-swift-trixie.sh, targets/ios/swift.py): nobody mounts or remakes it meanwhile
-lock=$root.lock
-if [ -L "$lock" ] || { [ -e "$lock" ] && { [ ! -f "$lock" ] || [ ! -O "$lock" ]; }; }; then
-    echo "setup: $lock is not a regular file of root's; remove it, then run bash scripts/setup.sh again" >&2
-    exit 1
-fi
-exec 9>>"$lock"
-flock 9
+lock_beside "$root"
 start=$(date +%s)
 mounts_under() { awk -v r="$root" '$5 == r || index($5, r "/") == 1 {print $5}' /proc/self/mountinfo | sort -r; }
 unmount_all() { local m; for m in $(mounts_under); do umount "$m" || umount -l "$m"; done; }

@@ -14,7 +14,6 @@ its time limit. A model that onnxruntime loads and then fails on arm64 raises Ga
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -240,23 +239,9 @@ class Emulator:
         return self.proc.stdout.readline().decode().strip()
 
     def _stop(self, kill: bool = False) -> int:
-        """End the worker: the end of its stdin lets it exit (killed after 10 s, or at once with
-        kill); its pipes closed. Returns its exit status."""
+        """End the worker (subproc.stop): its exit status."""
         proc, self.proc = self.proc, None
-        if not kill:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()  # a worker that already died: a broken pipe
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                kill = True
-        if kill:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            with contextlib.suppress(OSError):
-                pipe.close()
-        return proc.returncode
+        return subproc.stop(proc, kill)
 
     def close(self) -> None:
         if self.proc is not None:

@@ -15,7 +15,6 @@ GateError: measured, it does not run there.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -161,22 +160,7 @@ class RunnerProcess:
 
     def _stop(self, kill: bool = False) -> int | None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        if not kill:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                kill = True
-        if kill:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            with contextlib.suppress(OSError):
-                pipe.close()
-        return proc.returncode
+        return None if proc is None else subproc.stop(proc, kill)
 
     def close(self) -> None:
         self._stop()
