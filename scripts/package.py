@@ -2,8 +2,9 @@
 
 1. `python -m build` (PEP 517, each build in an isolated environment of its own): the sdist, then
    the wheel built from that sdist, as an installer building from the registry's sdist would.
-2. The wheel built straight from the source tree: its files and their bytes must equal the
-   sdist-built wheel's (a file the sdist forgot, or a generated one it carried, shows up here).
+2. The wheel built straight from the source tree (the files git tracks): its files and their bytes
+   must equal the sdist-built wheel's (a file the sdist forgot, or a generated one it carried,
+   shows up here).
 3. `twine check --strict` on both (the metadata and README render as the registry shows them).
 4. The wheel installs one top-level name, `arrcoc_edge`, and the `arrcoc-edge` command.
 Only then are the two files copied into --out (default dist/); nothing else there is touched.
@@ -71,12 +72,26 @@ def check_wheel(wheel: Path) -> None:
     check_record(wheel)
 
 
+def tracked_copy(dest: Path) -> Path:
+    """The files git tracks, copied to `dest`: the tree as a clean clone holds it, without what a
+    local build left in build/ or *.egg-info (setuptools reuses build/lib, so a module moved away
+    since would still ship). Outside a git checkout (an unpacked sdist), the folder as it is."""
+    if not (REPO / ".git").exists():
+        return REPO
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        if (REPO / name).is_file():  # a tracked file deleted in the working tree is not in it
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    return dest
+
+
 def build(out: Path) -> tuple[Path, Path]:
     """(sdist, wheel built from it) and the checks above; returns the files in `out`."""
     with tempfile.TemporaryDirectory(prefix="arrcoc-package-") as tmp:
         released, direct = Path(tmp) / "released", Path(tmp) / "direct"
         run([sys.executable, "-m", "build", "--outdir", str(released), str(REPO)])  # sdist, then wheel from it
-        run([sys.executable, "-m", "build", "--wheel", "--outdir", str(direct), str(REPO)])
+        run([sys.executable, "-m", "build", "--wheel", "--outdir", str(direct), str(tracked_copy(Path(tmp) / "tree"))])
         (sdist,), (wheel,), (tree_wheel,) = released.glob("*.tar.gz"), released.glob("*.whl"), direct.glob("*.whl")
         ours, theirs = wheel_contents(wheel), wheel_contents(tree_wheel)
         if ours != theirs:
