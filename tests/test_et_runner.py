@@ -355,3 +355,48 @@ def test_the_apps_query_encoder_pte_is_gated_on_arm64(android_build):
     for isa, rec in typed["by_isa"].items():
         assert rec["measured"] and rec["passed"] and f"-cpu {et_runner.CPUS[isa][0]}" in rec["runtime"], rec
         assert rec["metrics"]["cosine_min"] >= 0.999 and rec["metrics"]["topk_overlap_min"] >= 0.9
+
+
+def test_the_encoders_arm64_outputs_are_run_once_per_sequence_and_reused_only_when_identical(monkeypatch, tmp_path):
+    """arm64_embeddings runs each distinct token sequence once; a second build with the same .pte
+    bytes, ids, runner, emulator and CPU model reuses the sealed outputs (no emulated call), and any
+    change of the program, or a cache entry altered on disk, runs them again."""
+    from types import SimpleNamespace
+
+    from arrcoc_edge.targets.app_encoder import arm64_embeddings
+    from arrcoc_edge.targets.shared import et_runner
+
+    _tree_or_skip()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ARRCOC_CONVERSION_CACHE", raising=False)
+
+    class Counting:  # stands in for the emulator process: answers from the ids, counts the calls
+        def __init__(self):
+            self.calls = []
+
+        def request(self, model, method, inputs):
+            self.calls.append(inputs[0].tolist())
+            return [np.asarray(inputs[0], dtype=np.float32).sum(keepdims=True).reshape(1, 1) + np.arange(4, dtype=np.float32)], {}
+
+    log = []
+    ctx = SimpleNamespace(log=log.append)
+    pte = tmp_path / "encoder.pte"
+    pte.write_bytes(b"program one")
+    isa = next(iter(et_runner.CPUS))
+    ids = [[101, 7, 102], [101, 7, 102], [101, 102]]
+    first = Counting()
+    table, run = arm64_embeddings(ctx, pte, isa, first, ids, True)
+    assert len(first.calls) == 2 and not run["reused"] and set(table) == {(101, 7, 102), (101, 102)}
+    again = Counting()
+    reused, run = arm64_embeddings(ctx, pte, isa, again, ids, True)
+    assert again.calls == [] and run["reused"] and "identical earlier run" in run["outputs"]
+    assert all(np.array_equal(reused[k], table[k]) for k in table)
+    pte.write_bytes(b"program two")
+    other = Counting()
+    assert not arm64_embeddings(ctx, pte, isa, other, ids, True)[1]["reused"] and len(other.calls) == 2
+    for entry in (tmp_path / "cache" / "arrcoc-edge" / "conversions").glob("arm64-encoder-*/embeddings.npy"):
+        entry.chmod(0o600)
+        entry.write_bytes(entry.read_bytes()[:-4] + b"\0\0\0\0")  # the stored outputs changed on disk
+    altered = Counting()
+    assert not arm64_embeddings(ctx, pte, isa, altered, ids, True)[1]["reused"] and len(altered.calls) == 2
+    assert any("conversion cache" in line for line in log)

@@ -76,6 +76,19 @@ def command(isa: str | None, threads: int = 1) -> tuple[list[str], str]:
             f"C++ runner, aarch64 under {qemu} -cpu {cpu}")
 
 
+def identity(isa: str) -> dict[str, str]:
+    """What an emulated run on CPUS[isa] depends on besides the program and its inputs: the runner
+    tree's marker (recipe, executorch and cross-compiler versions, the runner source's sha256), the
+    runner binary's and the emulator's bytes, the emulation root's marker, the CPU model. Trees are
+    checked first (runner_tree, arm64.emulation_root): HostCapabilityError where they are unusable."""
+    from arrcoc_edge.relevance.digest import sha256_file
+
+    root, emulation = runner_tree(), arm64.emulation_root()
+    return {"runner_marker": (root / READY_MARKER).read_text(), "runner": sha256_file(root / "aarch64/arrcoc-et-runner"),
+            "emulator": sha256_file(emulation / "qemu-aarch64"), "emulation_marker": "\n".join(arm64.marker_lines(emulation)),
+            "cpu": CPUS[isa][0]}
+
+
 class RunnerProcess:
     """One runner process (this host's, or one emulated CPU model) serving models one after another.
     A process that dies (a measured failure) is gone; the next request starts a fresh one."""
