@@ -173,7 +173,10 @@ def test_golden_set_pairs_photos_with_encoded_sentences(golden_with_sentences, l
     assert set(cal.texts[i] for i in cal.subsets["sentences"]) == set(sentences.CALIBRATION)
     np.testing.assert_allclose(held.queries[rows], embed(texts), atol=1e-6)  # the published encoder's vectors
     assert [i for i in held.whole if i in rows], "whole photos get sentences too"
-    assert len(held.subsets["vectors"]) == 31  # the seeded stress set is kept as it was
+    from arrcoc_edge.stages import golden
+
+    # every held-out photo sample once with a seeded vector (the stress set), beside the sentences
+    assert len(held.subsets["vectors"]) == len(golden.HELDOUT_PHOTOS) * len(golden.CROPS) + len(golden.WHOLE_HELDOUT)
     assert "all-MiniLM-L6-v2" in golden_with_sentences.query_source
     assert len(set(held.names)) == len(held.names)
 

@@ -20,7 +20,7 @@ from arrcoc_edge.publishing import manifest as manifest_mod
 from arrcoc_edge.relevance.checkpoint import load_checkpoint
 from arrcoc_edge.stages.export import export_cached
 from arrcoc_edge.stages.golden import build_golden_set, write_bundle
-from arrcoc_edge.stages.parity import parity_metrics
+from arrcoc_edge.stages.parity import parity_metrics, topk_overlap
 from arrcoc_edge.stages.target import BuildContext, Target, Variant, run_split
 
 
@@ -37,6 +37,7 @@ class VariantReport:
     # parity per instruction set: this host's and each one the target also runs the variant on
     by_isa: dict = field(default_factory=dict)
     subsets: dict = field(default_factory=dict)  # parity metrics per query kind (sentences, vectors)
+    photos: dict = field(default_factory=dict)  # per photo kind (greyscale, texture...) and the hardest samples
 
 
 @dataclass
@@ -109,6 +110,7 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
     metrics.update(parity_metrics(expected, got, variant.gate.tie_tolerance))
     subsets, failures = subset_parity(variant.gate, heldout, expected, got)
     failures = variant.gate.failures(metrics) + failures
+    photos = photo_parity(heldout, expected, got, variant.gate.tie_tolerance)
     by_isa = {}
     loaders = target.other_isas(ctx, variant)
     if loaders:
@@ -125,7 +127,7 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
     else:
         status = "verified" if runner.authoritative else "unverified"
     return VariantReport(variant, status, metrics, runner.runtime, runner.reason, checks, failures, got,
-                         by_isa=by_isa, subsets=subsets)
+                         by_isa=by_isa, subsets=subsets, photos=photos)
 
 
 def host_isa() -> str:
@@ -174,7 +176,7 @@ def verify_on_isa(name: str, isa: str, load, variant: Variant, heldout, expected
     failures = variant.gate.parity_failures(metrics) + subset_failures
     against_host = parity_metrics(host_got, got, variant.gate.tie_tolerance)
     record = {"measured": True, "runtime": runner.runtime, "passed": not failures, "metrics": metrics,
-              "subsets": subsets,
+              "subsets": subsets, "photos": photo_parity(heldout, expected, got, variant.gate.tie_tolerance),
               "vs_host": {k: against_host[k] for k in ("relevance_max_abs", "weights_max_abs", "topk_overlap_min",
                                                           "topk_overlap_strict_mean")},
               "seconds": round(time.monotonic() - started, 1), **({"facts": runner.facts} if runner.facts else {})}
@@ -192,6 +194,21 @@ def subset_parity(gate, split, expected: dict, got: dict) -> tuple[dict, list[st
         subsets[kind] = parity_metrics(pick(expected), pick(got), gate.tie_tolerance)
         failures += [f"{kind}: {text}" for text in gate.subset_failures(subsets[kind])]
     return subsets, failures
+
+
+def photo_parity(split, expected: dict, got: dict, tie_tolerance: float) -> dict:
+    """Where a variant is weakest on the held-out photos, for the record (the gate holds on every
+    sample already): the metrics on each photo kind alone (golden.PHOTO_KINDS: greyscale, fine
+    texture, document scan, small or upscaled) and the samples with the lowest top-K agreement and
+    the largest relevance error."""
+    overlap, _ = topk_overlap(expected["relevance"], expected["topk_indices"], got["topk_indices"], tie_tolerance)
+    error = np.abs(np.asarray(got["relevance"], dtype=np.float64) - expected["relevance"]).max(axis=1)
+    kinds = {kind: {"samples": len(idx), "relevance_max_abs": float(error[idx].max()),
+                    "topk_overlap_min": float(overlap[idx].min()), "topk_overlap_mean": float(overlap[idx].mean())}
+             for kind, idx in split.photo_kinds.items()}
+    worst = lambda values, pick: {"sample": split.names[int(pick(values))], "value": float(values[int(pick(values))])}  # noqa: E731
+    return {"kinds": kinds, "hardest": {"topk_overlap": worst(overlap, np.argmin),
+                                        "relevance_max_abs": worst(error, np.argmax)}}
 
 
 def run_stage(target: Target, ctx: BuildContext) -> StageResult:

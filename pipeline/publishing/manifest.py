@@ -59,6 +59,8 @@ def _parity(report) -> dict:
         "runtime": report.runtime,
         "reference": v.reference_name,
     }
+    if getattr(report, "photos", None):  # per photo kind and the hardest samples (golden.PHOTO_KINDS)
+        parity["photos"] = report.photos
     if report.by_isa:  # the same gate on other kernels: {"x86_64": {...}, "aarch64 (emulated)": {...}}
         parity["by_isa"] = report.by_isa
     return parity

@@ -99,3 +99,24 @@ def _subset_table(rows: list[dict]) -> str:
         out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}'>"
                    f"<td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>{cells}</tr>")
     return "".join(out) + "</table>"
+
+
+def _photo_table(rows: list[dict]) -> str:
+    """Each measured variant's top-K min / relevance max error on each photo kind of the held-out
+    split (greyscale, fine texture, document scan, small or upscaled) and its hardest sample: where
+    a quantised model is weakest, beside the gate that holds on every sample."""
+    measured = [r for r in rows if (r.get("photos") or {}).get("kinds")]
+    if not measured:
+        return "<p>No variant was measured per photo kind (a manifest written before the held-out split had them).</p>"
+    kinds = list(dict.fromkeys(k for r in measured for k in r["photos"]["kinds"]))
+    head = "".join(f"<th>{html.escape(k)}<br><small>top-K min | rel max</small></th>" for k in kinds)
+    out = [f"<table class='photos'><tr><th>target</th><th>variant</th>{head}<th>hardest sample (top-K)</th></tr>"]
+    for r in measured:
+        got = r["photos"]["kinds"]
+        cells = "".join(f"<td data-photo-kind='{html.escape(k)}'>{fmt_metric(got.get(k, {}).get('topk_overlap_min'))} | "
+                        f"{fmt_metric(got.get(k, {}).get('relevance_max_abs'))}</td>" for k in kinds)
+        hardest = (r["photos"].get("hardest") or {}).get("topk_overlap") or {}
+        out.append(f"<tr data-target='{html.escape(r['target'])}' data-variant='{html.escape(r['variant'])}'>"
+                   f"<td>{html.escape(r['target'])}</td><td>{html.escape(r['variant'])}</td>{cells}"
+                   f"<td>{html.escape(str(hardest.get('sample', '')))} {fmt_metric(hardest.get('value'))}</td></tr>")
+    return "".join(out) + "</table>"

@@ -24,7 +24,7 @@ import numpy as np
 
 from arrcoc_edge.publishing.figures import sample_figure, size_figure
 from arrcoc_edge.publishing.parity_views import (METRICS, SUBSET_METRICS, _isa_html, _isa_markdown,  # noqa: F401
-                                               _subset_table, fmt_metric, isa_rows, subset_cells)
+                                               _photo_table, _subset_table, fmt_metric, isa_rows, subset_cells)
 from arrcoc_edge.stages.golden import GoldenSplit
 from arrcoc_edge.stages.parity import size_cells
 
@@ -140,7 +140,7 @@ def variant_rows(manifest: dict) -> list[dict]:
                 "target_status": entry.get("status"), "reason": v.get("reason") or entry.get("reason") or "",
                 "bytes": (v.get("size") or {}).get("bytes"), "budget": (v.get("size") or {}).get("budget"),
                 "metrics": parity.get("metrics") or {}, "gate": parity.get("gate") or {},
-                "subsets": parity.get("subsets") or {},
+                "subsets": parity.get("subsets") or {}, "photos": parity.get("photos") or {},
                 "runtime": parity.get("runtime") or _not_measured(entry.get("status")), "measured": parity.get("measured"),
             })
             rows += _not_built_rows(name, v)
@@ -258,6 +258,7 @@ def render_html(manifest: dict, bench: dict | None, runs: list[dict], heldout: G
         "<h1>arrcoc-edge build report</h1>", _header(manifest),
         "<h2>Targets</h2>", _status_table(manifest), "<h2>Parity against the gates</h2>", _parity_table(rows),
         "<h2>Parity on sentences and on vectors</h2>", _subset_table(rows),
+        "<h2>Parity per photo kind</h2>", _photo_table(rows),
         "<h2>Parity per instruction set</h2>", _isa_html(manifest),
         "<h2>Balancer weights per preset</h2>", _weights_html(weights),
         "<h2>Sample apps: compiled and tested on this host</h2>", _apps_html(manifest),

@@ -8,6 +8,9 @@ pixel is ever seen by a calibrator. Every sample is a photo as the contract take
     resizes to (its own resize is then the identity), batched together;
   * whole photos at their own sizes and aspects: landscape, portrait, a panorama, one smaller
     than 16*G, one of 12 MP, each run alone (a batch holds photos of one size).
+The held-out split also holds the photos users hold that a camera roll lacks (PHOTO_KINDS): greyscale
+photos (single-channel files, decoded as the contract decodes them: grey repeated), fine textures,
+a document scan, a photo that arrives small and one the user upscaled from a thumbnail.
 
 Queries, two subsets per split (issue 41), each gated on its own:
   * sentences: every crop and whole photo again, each with a real sentence (sentences.py: a
@@ -40,6 +43,7 @@ CALIBRATION_PHOTOS = ("coffee", "rocket", "colorwheel", "china")
 HELDOUT_PHOTOS = (
     "astronaut", "chelsea", "hubble_deep_field", "immunohistochemistry",
     "retina", "logo", "stereo_motorcycle", "flower",
+    "brick",  # a fine greyscale texture (512 x 512 grey), cropped and resized to 16*G like the others
 )
 CROPS = ("centre", "start", "end")
 # Whole photos per split: (name, photo, how it is made from the photo as decoded). Each keeps
@@ -53,7 +57,21 @@ WHOLE_HELDOUT = (
     ("logo/whole", "logo", None),  # RGBA: alpha dropped
     ("astronaut/small", "astronaut", (96, 128)),  # smaller than 16*G on both sides
     ("retina/12mp", "retina", (4032, 3024)),  # 12.2 MP, 4:3, as a phone stores it
+    # what users hold beside camera photos: scans, X-ray-like greyscale, textures, small pictures
+    ("camera/grey", "camera", None),  # a greyscale photo, 512 x 512, one channel as stored
+    ("page/scan", "page", None),  # a scanned book page, 384 x 191 grey: text on paper
+    ("gravel/texture", "gravel", None),  # a fine texture at its own 512 x 512: detail in every cell
+    ("microaneurysms/small", "microaneurysms", None),  # a 102 x 102 grey medical crop, as it arrives
+    ("chelsea/upscaled", "chelsea", ("upscaled", (120, 80), (1280, 853))),  # a thumbnail blown up 10.7x
 )
+# What each held-out photo stands for beyond an ordinary colour photo: recorded per variant
+# (parity.photo_kinds) so the manifest shows how a quantised model does on each.
+PHOTO_KINDS = {
+    "greyscale": ("camera/", "page/", "gravel/", "microaneurysms/", "brick/"),
+    "fine texture": ("gravel/", "brick/"),
+    "document scan": ("page/",),
+    "small or upscaled": ("astronaut/small", "microaneurysms/small", "chelsea/upscaled"),
+}
 MIN_CALIBRATION = 8
 QUERY_SEED = 20261122
 SENTENCE_PREFIX = "sentence:"  # sentence samples are named sentence:<photo>/<crop or kind> (sentence-2: a second one)
@@ -123,6 +141,14 @@ class GoldenSplit:
                            self.queries[indices], pick(self.expected), [self.texts[i] for i in indices])
 
     @property
+    def photo_kinds(self) -> dict[str, list[int]]:
+        """Indices per PHOTO_KINDS entry (of both query kinds); a kind with no sample is left out."""
+        photo = lambda name: name.split(":", 1)[-1]  # noqa: E731  (sentence:<photo>/<how> -> <photo>/<how>)
+        kinds = {kind: [i for i, name in enumerate(self.names) if photo(name).startswith(prefixes)]
+                 for kind, prefixes in PHOTO_KINDS.items()}
+        return {k: v for k, v in kinds.items() if v}
+
+    @property
     def whole(self) -> list[int]:
         """Indices of the whole photos (the rest are 16*G crops), of both query kinds."""
         return [i for i, name in enumerate(self.names) if not name.endswith(CROPS)]
@@ -142,9 +168,11 @@ class GoldenSet:
             "calibration": {"count": len(self.calibration), "sha256": self.calibration.sha256,
                             "subsets": count(self.calibration), "sentences_from": self.sentence_source,
                             **({"sentences_file": self.sentence_file} if self.sentence_file else {})},
-            "heldout": {"count": len(self.heldout), "sha256": self.heldout.sha256, "subsets": count(self.heldout)},
+            "heldout": {"count": len(self.heldout), "sha256": self.heldout.sha256, "subsets": count(self.heldout),
+                        "photo_kinds": {k: len(v) for k, v in self.heldout.photo_kinds.items()}},
             "query_source": self.query_source,
-            "photos": {"calibration": list(CALIBRATION_PHOTOS), "heldout": list(HELDOUT_PHOTOS)},
+            "photos": {"calibration": list(CALIBRATION_PHOTOS), "heldout": list(HELDOUT_PHOTOS),
+                       "heldout_whole": [name for name, _, _ in WHOLE_HELDOUT]},
         }
 
 
@@ -205,6 +233,10 @@ def whole_photo(img: np.ndarray, how) -> np.ndarray:
         h, w = img.shape[:2]
         top = (h - w // 4) // 2
         return np.ascontiguousarray(img[top : top + w // 4])
+    if how[0] == "upscaled":  # a thumbnail (Lanczos, as it was made) enlarged by a photo app (bicubic)
+        _, small, large = how
+        thumbnail = Image.fromarray(img).resize(small, Image.Resampling.LANCZOS)
+        return np.asarray(thumbnail.resize(large, Image.Resampling.BICUBIC))
     return np.asarray(Image.fromarray(img).resize(how, Image.Resampling.LANCZOS))
 
 
