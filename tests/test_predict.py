@@ -472,3 +472,23 @@ def test_a_manifest_without_primary_variant_still_names_the_primary(int8_out):
     data["targets"]["onnx-int8"]["parity"] = None
     names = runnable(data, TARGETS)
     assert "onnx-int8" not in names and f"onnx-int8:{primary}" in names and "onnx-int8:fp32-ort" in names
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200b", "\ufeff", " \u200d\u2060 ", "\u200e\t\x07"])
+def test_a_query_of_only_invisible_characters_is_one_line_before_anything_loads(text, tmp_path):
+    """Zero-width spaces, joiners, a BOM or direction marks alone: the tokenizer drops them all, so
+    the model would be asked about nothing; the command says so in one line, exit 2."""
+    from arrcoc_edge.errors import InputError
+    from arrcoc_edge.frontends.queries import check_query_text
+
+    with pytest.raises(InputError, match="no visible characters"):
+        check_query_text(text)
+    line = one_line(run_cli("predict", "--image", str(tmp_path / "none.jpg"), "--query", text, "--out", str(tmp_path / "o")))
+    assert "--query has no visible characters" in line
+
+
+@pytest.mark.parametrize("text", ["a\u200bb", "赤いもの", "\u200bsomething red"])
+def test_a_query_with_visible_characters_among_invisible_ones_is_taken(text):
+    from arrcoc_edge.frontends.queries import check_query_text
+
+    check_query_text(text)

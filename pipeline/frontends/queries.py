@@ -6,6 +6,7 @@ sentence mostly outside the encoder's English vocabulary said so on stderr.
 from __future__ import annotations
 
 import sys
+import unicodedata
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -68,11 +69,20 @@ def check_query_text(text: str, what: str = "--query") -> None:
     "the query" for a Python caller)."""
     if not text.strip():
         raise InputError(f"{what} is empty", "type the question, e.g. 'something red' or 'the top left'")
+    if not any(_visible(c) for c in text):  # zero-width spaces, joiners, a BOM: the tokenizer drops them all
+        raise InputError(f"{what} has no visible characters (only invisible ones such as zero-width spaces)",
+                         "type the question, e.g. 'something red' or 'the top left'")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise InputError(f"{what} {_as_bytes(text)[:40]!r} is not UTF-8 text",
                          "type the question as text (or pass a query embedding, float32 [D])") from None
+
+
+def _visible(char: str) -> bool:
+    """A character a reader sees: not white space, not a format character (Unicode Cf: zero-width
+    space and joiners, the BOM, direction marks) and not a control character (Cc)."""
+    return not char.isspace() and unicodedata.category(char) not in ("Cf", "Cc")
 
 
 def _as_bytes(text: str) -> bytes:
