@@ -485,11 +485,22 @@ def contract_metrics(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.endswith("_ms")}
 
 
-def typed_text_summary(typed: dict) -> dict:
-    """What the manifest records of contract.json's typed_text."""
+def contract_info(info: dict) -> dict:
+    """The encoder's record as contract.json keeps it: each arm64 record without `run` (its seconds,
+    and whether the outputs were emulated now or reused, differ from build to build; contract.json
+    must be identical for one checkpoint, so they go to the manifest only)."""
+    if not info.get("by_isa"):
+        return info
+    return {**info, "by_isa": {isa: {k: v for k, v in rec.items() if k != "run"} for isa, rec in info["by_isa"].items()}}
+
+
+def typed_text_summary(typed: dict, info: dict | None = None) -> dict:
+    """What the manifest records of contract.json's typed_text; `info`: the encoder's whole record
+    (AppEncoder.info, with each arm64 run's `run`), where the build still holds it."""
     if not typed.get("supported"):
         return {"supported": False, "why": typed.get("why")}
     enc = typed["encoder"]
+    by_isa = (info or enc.get("info") or {}).get("by_isa")
     return {"supported": True, "encoder": enc["file"], "kind": enc["kind"], "variant": enc["variant"],
             "bytes": enc["bytes"], "tokenizer": typed["tokenizer"]["file"], "metrics": enc["host_check"]["metrics"],
-            **({"by_isa": enc["info"]["by_isa"]} if (enc.get("info") or {}).get("by_isa") else {})}
+            **({"by_isa": by_isa} if by_isa else {})}

@@ -400,3 +400,19 @@ def test_the_encoders_arm64_outputs_are_run_once_per_sequence_and_reused_only_wh
     altered = Counting()
     assert not arm64_embeddings(ctx, pte, isa, altered, ids, True)[1]["reused"] and len(altered.calls) == 2
     assert any("conversion cache" in line for line in log)
+
+
+def test_contract_json_keeps_no_arm64_run_record_but_the_manifest_does():
+    """How the encoder's arm64 outputs were obtained (seconds, reused or not) differs from build to
+    build: contract.json (identical for one checkpoint) leaves it out, the manifest keeps it."""
+    from arrcoc_edge.targets.app_encoder import contract_info, typed_text_summary
+
+    info = {"kind": "minilm", "by_isa": {"cpu": {"measured": True, "passed": True,
+                                                 "run": {"outputs": "62 distinct token sequences run (117.9 s)", "reused": False}}}}
+    kept = contract_info(info)
+    assert kept["by_isa"]["cpu"] == {"measured": True, "passed": True} and "run" in info["by_isa"]["cpu"]
+    typed = {"supported": True, "tokenizer": {"file": "tokenizer.json"},
+             "encoder": {"file": "query_encoder.pte", "kind": "minilm", "variant": "fp32", "bytes": 1,
+                         "host_check": {"metrics": {}}, "info": kept}}
+    assert typed_text_summary(typed, info)["by_isa"]["cpu"]["run"]["reused"] is False
+    assert "run" not in typed_text_summary(typed)["by_isa"]["cpu"]

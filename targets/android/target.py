@@ -160,7 +160,7 @@ class AndroidTarget(Target):
                   "runtime_maven": data["app"]["runtime_maven"],
                   "parity_from": f"executorch stage, {default} .pte ({primary.runtime})",
                   "presets": len(data["presets"]["items"]), "presets_note": data["presets"]["note"],
-                  "typed_text": app_encoder.typed_text_summary(data["typed_text"]),
+                  "typed_text": app_encoder.typed_text_summary(data["typed_text"], encoder.info if encoder else None),
                   "app_build": app_build, "app_build_detail": app_build_detail},
         )
         self._publish_to_app(ctx, variant, data)
@@ -182,7 +182,7 @@ class AndroidTarget(Target):
             return {**mobile_contract.TYPED_TEXT, "why": why}, None
         runtime = f"ExecuTorch Android ({ANDROID_RUNTIME}:{executorch_version()}), XNNPACK + portable kernels"
         typed_text = app_encoder.typed_text_entry(encoder, ctx.config.query_dim, runtime)
-        typed_text["encoder"]["info"] = encoder.info
+        typed_text["encoder"]["info"] = app_encoder.contract_info(encoder.info)
         return typed_text, encoder
 
     @staticmethod
