@@ -715,13 +715,14 @@ def test_free_text_query_draws_a_heatmap(page, text_config):
     assert pg.p.is_hidden("#message")
 
 
-@pytest.mark.parametrize("text", ["", "   \t  "], ids=["empty", "whitespace"])
-def test_empty_query_shows_a_message(page, text_config, text):
+@pytest.mark.parametrize("text, says", [("", "empty"), ("   \t  ", "empty"), ("\u200b\u200d\ufeff", "no visible characters")],
+                         ids=["empty", "whitespace", "zero-width"])
+def test_empty_query_shows_a_message(page, text_config, text, says):
     pg = page.open()
     before = pg.p.evaluate("window.arrcoc.last().ms")
     pg.p.fill("#text", text)
     pg.p.click("#text-run")
-    assert "empty" in pg.message()
+    assert says in pg.message()
     assert pg.p.evaluate("document.body.dataset.state") == "ready"
     assert pg.p.evaluate("window.arrcoc.last().ms") == before  # nothing ran
     pg.p.fill("#text", "a face")

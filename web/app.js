@@ -502,6 +502,8 @@ async function guarded(fn) {
 async function runText(text) {
   textConfig();
   if (!text.trim()) throw new UserError('The query box is empty: type what to look for (e.g. "something red" or "the top left"), or pick a preset.');
+  // zero-width spaces, joiners, a BOM, direction marks: the tokenizer drops them all (as predict refuses them)
+  if (!/[^\s\p{Cf}\p{Cc}]/u.test(text)) throw new UserError('The query has no visible characters (only invisible ones such as zero-width spaces): type what to look for (e.g. "something red"), or pick a preset.');
   if (!state.image) throw new UserError('Open a photo first.');
   setStatus('encoding the query…');
   const { embeddings, ids, ms, tokenizeMs, encodeMs } = await embedTexts([text]);
