@@ -52,11 +52,13 @@ struct TypedText: Decodable {
 
 enum TypedQueryError: LocalizedError, Equatable {
     case empty
+    case invisible
     case tooLong(tokens: Int, max: Int)
 
     var errorDescription: String? {
         switch self {
         case .empty: return "the query has no tokens: type a question"
+        case .invisible: return "the query has no visible characters (only invisible ones such as zero-width spaces): type a question"
         case let .tooLong(tokens, max): return "the query has \(tokens) tokens; the encoder takes at most \(max): type a shorter one"
         }
     }
@@ -64,6 +66,16 @@ enum TypedQueryError: LocalizedError, Equatable {
 
 /// The rules a typed query's ids meet before the encoder sees them (contract.json typed_text).
 enum TypedQuery {
+    /// A query with something to read: one scalar that is not white space, a format character (zero-width
+    /// spaces and joiners, a BOM, direction marks) or a control character. The tokenizer drops all of
+    /// those, so such a query would ask the model about nothing (predict refuses it too).
+    static func checkText(_ text: String) throws {
+        let visible = text.unicodeScalars.contains { scalar in
+            !scalar.properties.isWhitespace && ![.format, .control].contains(scalar.properties.generalCategory)
+        }
+        guard visible else { throw TypedQueryError.invisible }
+    }
+
     /// `ids` as the encoder takes them, or why not: at least min_length (an empty query is refused),
     /// at most max_length when the encoder has one.
     static func encoderIds(_ spec: TypedEncoderSpec, _ ids: [Int]) throws -> [Int] {

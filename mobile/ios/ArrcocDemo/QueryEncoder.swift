@@ -54,8 +54,9 @@ final class QueryEncoder {
         }
     }
 
-    /// text -> ids (refused when too short or too long for the encoder) -> embedding [query_dim].
+    /// text -> ids (refused when invisible, too short or too long for the encoder) -> embedding [query_dim].
     func encode(_ text: String) throws -> Encoded {
+        try TypedQuery.checkText(text)
         var start = Date()
         let ids = try TypedQuery.encoderIds(spec, tokenizer.encode(text))
         let tokenizeMs = Date().timeIntervalSince(start) * 1000

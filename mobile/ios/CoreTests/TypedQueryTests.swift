@@ -17,6 +17,17 @@ struct TypedChecks: Decodable {
 }
 
 final class TypedQueryTests: XCTestCase {
+    func testAQueryOfOnlyInvisibleCharactersIsRefusedBeforeTheTokenizer() throws {
+        for text in ["", "   ", "\u{200B}\u{200B}", "\u{FEFF}", " \u{200D}\u{2060} ", "\u{200E}\t"] {
+            XCTAssertThrowsError(try TypedQuery.checkText(text), "taken: \(text.unicodeScalars.map(\.value))") { error in
+                XCTAssertEqual(error as? TypedQueryError, .invisible)
+            }
+        }
+        for text in ["a\u{200B}b", "赤いもの", "\u{200B}something red", "\u{1F600}"] {
+            XCTAssertNoThrow(try TypedQuery.checkText(text), text)
+        }
+    }
+
     func testTypedTextNamesFilesTheBundleHolds() throws {
         let contract = try Fixtures.contract()
         let typed = contract.typed_text

@@ -13,6 +13,22 @@ import org.pytorch.executorch.Tensor
 class QueryException(message: String) : RuntimeException(message)
 
 object TypedQuery {
+    /** A query with something to read: one code point that is not white space, a format character
+     *  (zero-width spaces and joiners, a BOM, direction marks) or a control character. The tokenizer
+     *  drops all of those, so such a query would ask the model about nothing (predict refuses it too). */
+    fun checkText(text: String) {
+        var i = 0
+        while (i < text.length) {
+            val cp = text.codePointAt(i)
+            val type = Character.getType(cp)
+            val invisible = Character.isWhitespace(cp) || Character.isSpaceChar(cp) ||
+                type == Character.FORMAT.toInt() || type == Character.CONTROL.toInt()
+            if (!invisible) return
+            i += Character.charCount(cp)
+        }
+        throw QueryException("the query has no visible characters (only invisible ones such as zero-width spaces): type a question")
+    }
+
     /** The encoder's input for one query's ids: int64, held to the contract's lengths. */
     fun encoderIds(spec: EncoderSpec, ids: IntArray): LongArray {
         if (ids.size < spec.minLength) throw QueryException("the query has no tokens: type a question")
@@ -42,6 +58,7 @@ class QueryEncoder private constructor(
 
     fun encode(text: String): Encoded {
         val spec = typed.encoder!!
+        TypedQuery.checkText(text)
         val t0 = System.nanoTime()
         val ids = tokenizer.encode(text)
         val t1 = System.nanoTime()

@@ -79,4 +79,17 @@ class TypedTextTest {
             }
         }
     }
+
+    @Test
+    fun aQueryOfOnlyInvisibleCharactersIsRefusedBeforeTheTokenizer() {
+        for (text in listOf("", "   ", "\u200b\u200b", "\ufeff", " \u200d\u2060 ", "\u200e\t")) {
+            try {
+                TypedQuery.checkText(text)
+                fail("taken: ${text.map { it.code }}")
+            } catch (e: QueryException) {
+                assertTrue(e.message!!, e.message!!.contains("no visible characters"))
+            }
+        }
+        for (text in listOf("a\u200bb", "赤いもの", "\u200bsomething red", "\uD83D\uDE00")) TypedQuery.checkText(text)
+    }
 }
