@@ -363,7 +363,7 @@ def test_the_encoders_arm64_outputs_are_run_once_per_sequence_and_reused_only_wh
     change of the program, or a cache entry altered on disk, runs them again."""
     from types import SimpleNamespace
 
-    from arrcoc_edge.targets.app_encoder import arm64_embeddings
+    from arrcoc_edge.targets.shared.encoder_arm64 import arm64_embeddings
     from arrcoc_edge.targets.shared import et_runner
 
     _tree_or_skip()

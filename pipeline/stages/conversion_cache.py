@@ -3,7 +3,7 @@
 Conversions take most of a build and give the same files for the same inputs: torch.export of the
 checkpoint, its ExecuTorch lowering (FP32 and int8) and CoreML packages, all-MiniLM-L6-v2 to ONNX
 (FP32 and int8) for the text-encoder target, all-MiniLM-L6-v2 to the apps' encoders, and that encoder's
-outputs on the emulated arm64 CPUs (targets/app_encoder.arm64_embeddings). A second
+outputs on the emulated arm64 CPUs (targets/shared/encoder_arm64.py). A second
 build that needs the same conversion (another --out, another target list, `--target android` after
 `--target executorch`, a rebuild after a failed gate elsewhere) copies the files instead.
 
