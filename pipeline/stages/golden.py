@@ -65,7 +65,7 @@ WHOLE_HELDOUT = (
     ("chelsea/upscaled", "chelsea", ("upscaled", (120, 80), (1280, 853))),  # a thumbnail blown up 10.7x
 )
 # What each held-out photo stands for beyond an ordinary colour photo: recorded per variant
-# (parity.photo_kinds) so the manifest shows how a quantised model does on each.
+# (parity.photos) so the manifest shows how a quantised model does on each.
 PHOTO_KINDS = {
     "greyscale": ("camera/", "page/", "gravel/", "microaneurysms/", "brick/"),
     "fine texture": ("gravel/", "brick/"),
