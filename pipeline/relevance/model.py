@@ -30,9 +30,11 @@ from arrcoc_edge.relevance.signature import (  # noqa: F401 - re-exported: the m
     MAX_GRID,
     MAX_SIDE,
     MIN_SIDE,
+    EVIDENCE_NAMES,
     OUTPUT_NAMES,
     WAYS_OF_KNOWING,
     ModelConfig,
+    strongest_cells,
 )
 from arrcoc_edge.relevance.texture_maths import (
     _G_MEANS,
@@ -312,6 +314,16 @@ class ParticipatoryScorer(nn.Module):
         sq_norm = ((h @ self.gram + 2.0 * self.w2t_b2) * h).sum(dim=2) + self.b2_sq
         # F.normalize divides by max(norm, 1e-12): the same guard on the squared norm
         return numerator / sq_norm.clamp(min=0.0).sqrt().clamp(min=1e-12)
+
+
+def participatory_evidence(participatory: torch.Tensor) -> torch.Tensor:
+    """The query's absolute evidence, [B,N] participatory map ((cos + 1) / 2, before the balancer
+    and any min-max) -> [B,4] float32 in EVIDENCE_NAMES order: mean of the strongest cells, mean,
+    lowest, highest. Per sample, so a photo's evidence does not depend on its batch-mates."""
+    n = strongest_cells(participatory.shape[1])
+    top = torch.topk(participatory, k=n, dim=1, sorted=False).values.mean(dim=1)
+    stats = [top, participatory.mean(dim=1), participatory.amin(dim=1), participatory.amax(dim=1)]
+    return torch.stack(stats, dim=1)
 
 
 class TensionBalancer(nn.Module):

@@ -13,6 +13,18 @@ CELL = 16
 INPUT_NAMES = ("image", "query")
 OUTPUT_NAMES = ("relevance", "topk_indices", "weights")
 WAYS_OF_KNOWING = ("information", "perspectival", "participatory")
+# The `evidence` statistics: how strongly the query matched, read from the participatory map
+# ((cosine + 1) / 2 per cell, before the balancer and before any min-max), in this order.
+# top_mean: the mean of its strongest cells (STRONGEST_SHARE of the grid), mean: of every cell,
+# min / max: its lowest and highest cell. A calibration (arrcoc_edge.relevance.evidence) maps them
+# to the probability that what the query asks for is in the photo.
+EVIDENCE_NAMES = ("top_mean", "mean", "min", "max")
+STRONGEST_SHARE = 1 / 24  # 8 of 196 cells at G=14, 43 of 1024 at G=32
+
+
+def strongest_cells(cells: int, share: float = STRONGEST_SHARE) -> int:
+    """How many of a map's `cells` cells count as its strongest (at least 1, at most all)."""
+    return max(1, min(cells, round(cells * share)))
 
 
 # Largest grid accepted: 128 x 128 patches.
