@@ -88,6 +88,8 @@ def heatmap_folder(value: str, photos: list[Path], inputs: list[Path], root: Pat
         if folder.is_dir() and os.path.isdir(g) and os.path.samefile(folder, g):
             raise InputError(f"--heatmap {value!r} is the photo folder {g}: its heatmaps would be read as photos",
                              "pass --heatmap with another folder")
+    if folder.is_dir():
+        sweep_staging(folder)  # a killed run's partial heatmaps: never linked to their names
     names = {}
     for i, photo in enumerate(photos):
         for j in range(n_queries):
@@ -145,7 +147,7 @@ def run(model, photos: list[Path], queries: list[tuple[str, str, object]], json_
     writer = HeatmapWriter(heatmaps[0]) if heatmaps else None
     try:
         if json_file is not None:
-            pr.save_whole(json_file, predict_all)
+            pr.save_whole(json_file, predict_all, "json")
         else:
             predict_all(None)
     except BaseException:
@@ -197,18 +199,26 @@ HEATMAP_THREADS = max(1, min(4, os.cpu_count() or 1))  # Pillow draws and encode
 
 class HeatmapWriter:
     """Heatmaps drawn and saved on HEATMAP_THREADS threads while the model goes on (a PNG costs more
-    than a prediction). Each file's identity is recorded once it is saved, so abandon() removes
-    exactly the files this run wrote (and the folder, when it made it and it is empty again)."""
+    than a prediction). They are saved into a hidden staging folder of this run inside the heatmap
+    folder (locked while the run lives) and linked to their names by finish(), never over a file:
+    a run killed before (SIGKILL, the OOM killer) leaves only its staging folder, which the next
+    run removes (sweep_staging), so its partial heatmaps never block a rerun. abandon() removes
+    exactly the files this run linked (and the folder, when it made it and it is empty again)."""
 
     def __init__(self, folder: Path):
+        import fcntl
+        import tempfile
         import threading
         from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
         self.folder, self.made = folder, not os.path.lexists(folder)
         folder.mkdir(exist_ok=True)
+        self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
+        self.lock_fd = os.open(self.staging / STAGING_LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
         self.pool = ThreadPoolExecutor(HEATMAP_THREADS, thread_name_prefix="arrcoc-heatmap")
-        self.pending, self.written, self.lock = deque(), {}, threading.Lock()
+        self.pending, self.staged, self.written, self.lock = deque(), [], {}, threading.Lock()
 
     def submit(self, p, path: Path) -> None:
         self.pending.append(self.pool.submit(self._save, p, path))
@@ -217,34 +227,96 @@ class HeatmapWriter:
 
     def _save(self, p, path: Path) -> None:
         picture = p.heatmap()
-        pr.save_whole(path, lambda f: picture.save(f, format="PNG", compress_level=HEATMAP_PNG_LEVEL))
-        st = os.lstat(path)
+        staged = self.staging / path.name
+        with open(staged, "xb") as f:  # the run's own folder (0700): nothing else is there
+            picture.save(f, format="PNG", compress_level=HEATMAP_PNG_LEVEL)
         with self.lock:
-            self.written[path] = (st.st_dev, st.st_ino)
+            self.staged.append((staged, path))
 
     def finish(self) -> None:
+        """Every heatmap saved, then linked to its name (refused, never replaced, if one appeared)."""
         while self.pending:
             self.pending.popleft().result()
         self.pool.shutdown()
+        for staged, path in self.staged:
+            try:
+                os.link(staged, path)
+            except FileExistsError:
+                raise InputError(f"--heatmap {self.folder}: {path.name} appeared while the run went on; it is not "
+                                 "overwritten", "pass --heatmap with a new or empty folder") from None
+            st = os.lstat(path)
+            self.written[path] = (st.st_dev, st.st_ino)
+        self._drop_staging()
 
     def abandon(self) -> None:
         for job in self.pending:
             job.cancel()
         self.pool.shutdown(wait=True)  # a save under way ends (whole) before it is removed
-        with self.lock:
-            written = dict(self.written)
-        for path, identity in written.items():
+        for path, identity in dict(self.written).items():
             try:
                 st = os.lstat(path)
                 if (st.st_dev, st.st_ino) == identity:
                     os.unlink(path)
             except OSError:
                 pass
+        self._drop_staging()
         if self.made:
             try:
                 self.folder.rmdir()  # only when empty: nothing of anyone else's goes with it
             except OSError:
                 pass
+
+    def _drop_staging(self) -> None:
+        import shutil
+
+        if self.lock_fd is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+STAGING_PREFIX = ".arrcoc-heatmaps-"
+STAGING_LOCK = ".lock"
+
+
+def sweep_staging(folder: Path) -> int:
+    """Remove the staging folders that killed runs left in the heatmap folder: this user's, whose
+    lock nobody holds (a folder without its lock yet is left for FRESH_S, then taken as dead)."""
+    import fcntl
+    import shutil
+    import stat
+
+    from arrcoc_edge.publishing.user_files import FRESH_S
+
+    removed = 0
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(STAGING_PREFIX)]
+    except OSError:
+        return 0
+    for name in names:
+        path = folder / name
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            try:
+                fd = os.open(path / STAGING_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except FileNotFoundError:
+                if time.time() - info.st_mtime < FRESH_S:
+                    continue
+                fd = None
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its run is alive
+                finally:
+                    os.close(fd)
+            shutil.rmtree(path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 HEATMAP_PNG_LEVEL = 1  # zlib level: a few percent larger files than the default 6, several times faster

@@ -331,6 +331,7 @@ def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path
     publish is the tool's, replaced only whole), each judged by the file system's identity of
     files and folders (arrcoc_edge.publishing.outputs_guard), however they are named or mounted."""
     from arrcoc_edge.publishing.outputs_guard import folder_holding, input_named
+    from arrcoc_edge.publishing.user_files import resolve
 
     if not str(value).strip():
         raise InputError(f"--{option} is empty", f"leave --{option} out, or name a file to write")
@@ -339,9 +340,7 @@ def output_file(option: str, value: str, inputs: list[Path], root: Path) -> Path
     if not folder.is_dir():
         raise InputError(f"--{option} {value!r}: folder {folder} does not exist",
                          f"create it first (mkdir -p {folder}) or pass --{option} in an existing folder")
-    if os.path.lexists(path) and not path.is_file():
-        raise InputError(f"--{option} {value!r} exists and is not a regular file (a folder or device)",
-                         f"pass --{option} with a new file name or a file to replace")
+    resolve(option, value)  # the one rule for user-named files: new or regular, through a link
     given = input_named(path, inputs)
     if given is not None:
         raise InputError(f"--{option} {value!r} is the input file {given}: it would be overwritten",
@@ -392,21 +391,21 @@ def save_outputs(result, json_file: Path | None, heatmap_file: Path | None, heat
         jobs.append(("heatmap", heatmap_file, lambda f: picture.save(f, format=heatmap_fmt)))
     said = []
     for label, path, write in jobs:
-        save_whole(path, write)
+        save_whole(path, write, label)
         said.append(f"{label}: {path}")
         if say is not None:  # None: the caller prints the returned lines itself, after its summary
             say(said[-1])
     return said
 
 
-def save_whole(path: Path, write) -> None:
-    """publish.write_atomic with the one-line error: an error or a Ctrl-C while saving leaves the
-    previous file, or none."""
+def save_whole(path: Path, write, option: str = "json") -> None:
+    """user_files.write_user_file (the one rule for a file the user named) with the one-line
+    error: an error or a Ctrl-C while saving leaves the previous file, or none."""
     from arrcoc_edge.errors import OutputDirError
-    from arrcoc_edge.publishing.folder_state import write_atomic
+    from arrcoc_edge.publishing.user_files import write_user_file
 
     try:
-        write_atomic(path, write)
+        write_user_file(path, write, option)
     except OSError as exc:
         raise OutputDirError(f"cannot write {path} ({exc.strerror or exc}); it was left as it was",
                              "free space on that device or pass another path") from exc

@@ -332,7 +332,10 @@ def check_out(out: Path, untrained_path: Path | None = None, roots: tuple[Path, 
     from arrcoc_edge.errors import InputError
     from arrcoc_edge.publishing.outputs_guard import folder_holding, input_named
 
+    from arrcoc_edge.publishing.user_files import resolve
+
     untrained_path = untrained_path or UNTRAINED_CHECKPOINT
+    resolve("out", out)  # the one rule for a file the user names: new or regular (never /dev/null)
     if input_named(out, [untrained_path]) is not None:
         raise InputError(f"--out {out} is train's starting checkpoint {untrained_path}: it would be overwritten",
                          f"pass --out with another file name (the default is {DEFAULT_OUT.name})")
@@ -343,7 +346,8 @@ def check_out(out: Path, untrained_path: Path | None = None, roots: tuple[Path, 
 
 
 def write_checkpoint(model: RelevanceModel, out: Path, provenance: dict) -> None:
-    """save_checkpoint, made byte-reproducible, via a temporary file (never a half-written `out`).
+    """save_checkpoint, made byte-reproducible, written by the rule for files a user names
+    (arrcoc_edge.publishing.user_files: a new or regular file, through a link, whole or not at all).
 
     safetensors (0.8) writes the metadata from a Rust HashMap, in a random order per process,
     so the same weights and metadata give different bytes. The header is rewritten as sorted,
@@ -352,23 +356,18 @@ def write_checkpoint(model: RelevanceModel, out: Path, provenance: dict) -> None
     """
     import tempfile
 
+    from arrcoc_edge.publishing.user_files import write_user_file
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    # a fresh file of our own (never a fixed name another process or a planted link could hold)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
-    try:
+    with tempfile.TemporaryDirectory(prefix="arrcoc-train-") as scratch:  # a folder of our own
+        tmp = Path(scratch) / "checkpoint.safetensors"
         save_checkpoint(model, tmp, provenance)
         raw = tmp.read_bytes()
-        size = struct.unpack("<Q", raw[:8])[0]
-        header = json.dumps(json.loads(raw[8 : 8 + size]), sort_keys=True, separators=(",", ":"),
-                            ensure_ascii=False).encode()
-        header += b" " * (-len(header) % 8)
-        tmp.write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + size :])
-        tmp.chmod(0o644)  # safetensors writes through a private (0600) temporary file
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.dumps(json.loads(raw[8 : 8 + size]), sort_keys=True, separators=(",", ":"),
+                        ensure_ascii=False).encode()
+    header += b" " * (-len(header) % 8)
+    write_user_file(out, lambda f: f.write(struct.pack("<Q", len(header)) + header + raw[8 + size :]), "out")
 
 
 def _phases(clock: dict) -> dict:
