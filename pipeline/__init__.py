@@ -15,6 +15,7 @@ cheap (no torch, no runtime): build and load come from arrcoc_edge.frontends.api
 """
 from arrcoc_edge.errors import (  # noqa: F401 - exported: a caller catches these by type
     ArrcocError,
+    BuildCrashed,
     BuildInterrupted,
     CheckpointError,
     ExportError,
@@ -31,7 +32,7 @@ from arrcoc_edge.errors import (  # noqa: F401 - exported: a caller catches thes
 __version__ = "0.1.0"
 
 _API = ("build", "load", "Model", "Prediction", "BuildResult", "TargetResult")
-__all__ = [*_API, "ArrcocError", "BuildInterrupted", "CheckpointError", "ExportError", "GateError",
+__all__ = [*_API, "ArrcocError", "BuildCrashed", "BuildInterrupted", "CheckpointError", "ExportError", "GateError",
            "HostCapabilityError", "InputError", "MergeError", "MissingExtraError", "NotApplicableError",
            "OutputDirError", "SettingsError"]
 

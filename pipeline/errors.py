@@ -79,6 +79,14 @@ class BuildInterrupted(ArrcocError):
     exit_code = 130
 
 
+class BuildCrashed(ArrcocError):
+    """build()'s child process ended without its outcome: a native crash (SIGSEGV, SIGABRT...), a
+    SIGKILL (the kernel's out-of-memory killer, or another process), or an exit of its own."""
+
+    kind = "build process died"
+    exit_code = 1
+
+
 def install_fix(extra: str | None) -> str:
     """How to install an extra, said the way this copy was installed: the pip line for an installed
     package, the checkout's own .venv line (pinned by constraints.txt) in a source checkout."""

@@ -71,3 +71,46 @@ def stop(proc: subprocess.Popen, kill: bool = False, grace: float = 10) -> int:
         with contextlib.suppress(OSError):
             pipe.close()
     return proc.returncode
+
+
+# ---------------------------------------------------------------- a Python child of our own
+
+
+def interpreter() -> str | None:
+    """This Python's interpreter, to start a child with: sys.executable when it is one (an
+    embedding program's is empty, or its own binary), else the one of this prefix, else None."""
+    import re
+
+    for exe in (sys.executable, os.path.join(sys.prefix, "bin", "python3"), os.path.join(sys.prefix, "bin", "python"),
+                getattr(sys, "_base_executable", "")):
+        if exe and re.fullmatch(r"python[0-9.]*", os.path.basename(exe)) and os.path.isfile(exe) \
+                and os.access(exe, os.X_OK):
+            return exe
+    return None
+
+
+def python_command(exe: str, code: str, *args: str) -> list[str]:
+    """argv for `code` in an isolated child (-I: neither the working folder nor a script's folder
+    first on sys.path, no PYTHON* variables, no user site; a user's json.py or onnx.py is never
+    imported), which gets this process's own import path explicitly, less the caller's working
+    folder and script folder: it finds exactly the modules this process finds."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a deleted working folder: nothing is found there anyway
+        cwd = None
+    script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else None
+    theirs = {cwd, os.path.dirname(os.path.abspath(script)) if script and os.path.isfile(script) else None}
+    path = [p for p in sys.path if p and os.path.isabs(p) and p not in theirs]
+    return [exe, "-I", "-c", f"import sys; sys.path[:] = {path!r}\n{code}", *args]
+
+
+def high_fd(fd: int) -> int:
+    """`fd` moved to 3 or above (the old one closed): a pipe made while the caller had closed
+    its fd 0, 1 or 2 lands there, and a child's stdin/stdout/stderr would be dup2'd over it."""
+    import fcntl
+
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved

@@ -69,7 +69,7 @@ def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint
     from arrcoc_edge.publishing.reading import read_manifest
 
     options = {"calibration_dir": calibration, "calibration_queries": calibration_queries, "grid": grid, "top_k": top_k, "base_model": base_model}
-    path = lambda value: os.fspath(value) if isinstance(value, os.PathLike) else value  # noqa: E731
+    path = _path_argument
     request = {"targets": None if targets is None else str(targets), "checkpoint": path(checkpoint), "out": path(out),
                "options": {k: path(v) for k, v in options.items() if v is not None},
                "verbose": bool(verbose), "progress": bool(progress)}
@@ -77,6 +77,19 @@ def build(targets: str = "all", out: str | os.PathLike | None = None, checkpoint
     root = Path(raw["out"])
     return BuildResult(raw["ok"], root, {name: TargetResult(**t) for name, t in raw["targets"].items()},
                        read_manifest(root), raw["seconds"], raw["exported_cache_hit"])
+
+
+def _path_argument(value):
+    """A path argument as the text the child gets: str, bytes and os.PathLike (of either) decoded as
+    the file system would (b"/abs/path" is that path, never the folder "b'/abs/path'"); None stays."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, os.PathLike)):
+        return os.fsdecode(value)
+    from arrcoc_edge.errors import InputError
+
+    raise InputError(f"a path argument is {type(value).__name__} {value!r}, not a path",
+                     "pass a str, bytes or pathlib.Path")
 
 
 def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: bool = True):

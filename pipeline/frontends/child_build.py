@@ -23,7 +23,7 @@ import sys
 import threading
 from collections import deque
 
-from arrcoc_edge.errors import ArrcocError, BuildInterrupted
+from arrcoc_edge.errors import ArrcocError, BuildCrashed, BuildInterrupted
 
 _ENTRY = "from arrcoc_edge.frontends.child_build_main import child_main; child_main()"
 TAIL_LINES = 20  # of the child's stderr, kept for the error of a child that ended without an outcome
@@ -34,10 +34,12 @@ def run(request: dict, progress: bool, verbose: bool) -> dict:
     error it raised, raised here as the same class."""
     from arrcoc_edge import subproc
 
+    exe = _start_checks()
     read_end, write_end = os.pipe()
+    read_end, write_end = subproc.high_fd(read_end), subproc.high_fd(write_end)  # fds 0-2 closed by the caller
     inherit = (progress or verbose) and _stdout_is_fd1_terminal()  # rich's live table needs the terminal itself
     try:
-        proc = subproc.popen([sys.executable, "-c", _ENTRY, str(write_end)], own_session=True,
+        proc = subproc.popen(subproc.python_command(exe, _ENTRY, str(write_end)), own_session=True,
                              stdin=subprocess.PIPE, stdout=None if inherit else subprocess.PIPE,
                              stderr=subprocess.PIPE, pass_fds=(write_end,))
     finally:
@@ -57,6 +59,25 @@ def run(request: dict, progress: bool, verbose: bool) -> dict:
     for pump in pumps:
         pump.join()
     return _outcome(outcome[0], proc.returncode, tail)
+
+
+def _start_checks() -> str:
+    """The interpreter to start the child with, once the working folder is known to exist (a
+    deleted one makes the child's MKL exit from C before any line of ours)."""
+    from arrcoc_edge import subproc
+    from arrcoc_edge.errors import HostCapabilityError, InputError
+
+    try:
+        os.getcwd()
+    except OSError:
+        raise InputError("the working folder no longer exists (it was deleted after the program entered it)",
+                         "os.chdir() into an existing folder, then call build() again") from None
+    exe = subproc.interpreter()
+    if exe is None:
+        raise HostCapabilityError(f"no Python interpreter to run the build in (sys.executable is {sys.executable!r}, "
+                                  f"and {sys.prefix}/bin holds no python3)",
+                                  "set sys.executable to the path of this Python's interpreter")
+    return exe
 
 
 def _stdout_is_fd1_terminal() -> bool:
@@ -103,15 +124,36 @@ def _outcome(data: bytes, returncode: int, tail) -> dict:
     except ValueError:
         outcome = None
     if outcome is None:
-        last = next((line for line in reversed(tail) if line.strip()), "")
-        if returncode in (BuildInterrupted.exit_code, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
-            raise BuildInterrupted("build interrupted; nothing was published",
-                                   "the previously published artifacts are intact: run the build again")
-        raise RuntimeError(f"the build process ended with exit {returncode} and no result: {last or 'no message'} "
-                           "(build(..., verbose=True) shows its traceback)")
+        raise _died(returncode, next((line for line in reversed(tail) if line.strip()), ""))
     if "error" in outcome:
         raise _typed(outcome["error"])
     return outcome
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+CRASHES = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+
+
+def _died(returncode: int, last: str) -> ArrcocError:
+    """The typed error of a child that ended without its outcome, named by how it ended: an
+    interrupt, a native crash, a SIGKILL (the OOM killer, or another process), or an exit."""
+    if returncode == BuildInterrupted.exit_code or -returncode in INTERRUPTS:
+        return BuildInterrupted("build interrupted; nothing was published",
+                                "the previously published artifacts are intact: run the build again")
+    said = f" (its last line: {last[:200]})" if last else ""
+    again = "the previously published artifacts are intact: build again"
+    if returncode == -signal.SIGKILL:
+        return BuildCrashed("the build process was killed by SIGKILL (the kernel's out-of-memory killer, or "
+                            f"another process){said}", f"{again}, with more free memory or fewer targets at once "
+                            "(`dmesg` names the out-of-memory killer)")
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        what = "crashed in native code" if -returncode in CRASHES else "was ended"
+        return BuildCrashed(f"the build process {what} ({name}){said}",
+                            f"{again}; if it recurs, build(..., verbose=True) shows where, and its build.log the "
+                            "converter's own lines")
+    return BuildCrashed(f"the build process ended with exit {returncode} and no result{said}",
+                        "build(..., verbose=True) shows its traceback")
 
 
 def _typed(error: dict) -> ArrcocError:

@@ -73,6 +73,10 @@ def print_reasons(result) -> None:
             print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
 
 
+# The tasks that import torch: its MKL cannot load in a deleted working folder, even by absolute paths.
+TORCH_TASKS = ("build", "train", "merge")
+
+
 def guarded(task, verbose: bool, name: str = "task") -> int:
     """Run a task body and return its exit code. A typed error prints its one line; anything else
     (a bug or a library error nobody anticipated) prints one line too: tracebacks need --verbose.
@@ -84,6 +88,10 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
 
     from arrcoc_edge.publishing import locking
 
+    gone = _working_folder_gone(absolute_ok=False) if name in TORCH_TASKS else None
+    if gone is not None:  # torch's MKL would exit from C at import ("oneMKL FATAL ERROR"), before any line of ours
+        redirect.to_terminal(gone.one_line())
+        return gone.exit_code
     locking.reset_interrupts()
     previous = {s: signal.signal(s, locking.record_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -130,16 +138,17 @@ def guarded(task, verbose: bool, name: str = "task") -> int:
         locking.reset_interrupts()  # the record belongs to this task only
 
 
-def _working_folder_gone():
+def _working_folder_gone(absolute_ok: bool = True):
     """The InputError for a working folder deleted after the shell entered it (os.getcwd() fails, so
-    does every relative path), or None. Absolute paths still work there."""
+    does every relative path), or None. Absolute paths still work there, but for TORCH_TASKS."""
     from arrcoc_edge.errors import InputError
 
     try:
         os.getcwd()
     except OSError:
         return InputError("the working folder no longer exists (it was deleted after the shell entered it)",
-                          "cd into an existing folder, or pass absolute paths, and run the command again")
+                          "cd into an existing folder" + (", or pass absolute paths," if absolute_ok else "")
+                          + " and run the command again")
     return None
 
 

@@ -59,9 +59,12 @@ class PoolWorker:
         import subprocess
         import sys
 
-        to_child, self._send = os.pipe()
-        self._recv, from_child = os.pipe()
-        # the same interpreter and environment: it imports arrcoc_edge as this process did
+        from arrcoc_edge import subproc
+
+        to_child, self._send = (subproc.high_fd(fd) for fd in os.pipe())  # fds 0-2 closed by the caller
+        self._recv, from_child = (subproc.high_fd(fd) for fd in os.pipe())
+        # the same interpreter, isolated (subproc.python_command): it imports arrcoc_edge as this
+        # process did, never a module of the caller's working folder
         code = ("from arrcoc_edge.targets.executorch.bench import _serve_pool_worker; "
                 "_serve_pool_worker(%r, %d, %d, %d, %d)" % (str(path), max_batch, threads, to_child, from_child))
         # The kernels outside XNNPACK (libexecutorch_kernels_optimized) parallelise with OpenMP, a
@@ -70,7 +73,11 @@ class PoolWorker:
         # instead of 1.8 ms (the windows alone, measured): the threads contended with the pool.
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         # the child's own output (cpuinfo, XNNPACK, import warnings) goes where this process's does
-        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child, from_child), env=env)
+        exe = subproc.interpreter()
+        if exe is None:
+            raise ExportError(f"no Python interpreter to start the ExecuTorch worker (sys.executable is {sys.executable!r})",
+                              "set sys.executable to the path of this Python's interpreter")
+        self._proc = subprocess.Popen(subproc.python_command(exe, code), pass_fds=(to_child, from_child), env=env)
         os.close(to_child)
         os.close(from_child)
         self._w, self._r = os.fdopen(self._send, "wb"), os.fdopen(self._recv, "rb")
