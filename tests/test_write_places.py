@@ -56,3 +56,41 @@ def test_a_write_place_inside_the_output_folder_itself_is_refused(tmp_path, monk
     err = capsys.readouterr().err.strip()
     assert code == 2 and f"{out / 'app'} lies inside the output folder {out}" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("setting,target", [("ARRCOC_ANDROID_APP_DIR", "android"), ("ARRCOC_IOS_APP_DIR", "ios"),
+                                            ("XDG_CACHE_HOME", "onnx"), ("TMPDIR", "onnx")])
+@pytest.mark.parametrize("spelling", ["LINK/..", "LINK/../android/.."])
+def test_a_write_place_spelled_through_a_link_and_dotdot_is_judged_where_the_kernel_goes(
+        setting, target, spelling, tmp_path, monkeypatch, capsys):
+    """XDG_CACHE_HOME=LINK/.. with LINK inside a kept release passed the guard (it judged the
+    lexical path, one folder; the kernel went to LINK's target's parent, the release) and the build
+    wrote its caches into the release; the same for the app folders."""
+    from arrcoc_edge.frontends import cli
+
+    release = _kept_release(tmp_path)
+    (tmp_path / "s").symlink_to(release / "android")
+    before = _tree(release)
+    place = str(tmp_path / "s") + "/" + spelling[len("LINK/"):]
+    monkeypatch.setenv(setting, place)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code = cli.build(target, None, str(tmp_path / "out"), False, {})
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("output error: ") and f"lies inside the output folder {release}" in err, err
+    assert _tree(release) == before
+
+
+def test_the_app_folder_is_judged_again_on_the_folder_the_kernel_opened(tmp_path):
+    """copy_to_app runs minutes after the build's check: a link on the way moved into a release
+    meanwhile is refused on the opened folder, with nothing written."""
+    from arrcoc_edge.errors import OutputDirError
+    from arrcoc_edge.targets.shared.app_folder import copy_to_app
+
+    release = _kept_release(tmp_path)
+    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging" / "model.bin").write_bytes(b"new")
+    (tmp_path / "app").symlink_to(release / "android")
+    before = _tree(release)
+    with pytest.raises(OutputDirError):
+        copy_to_app(tmp_path / "staging", tmp_path / "app")
+    assert _tree(release) == before

@@ -164,12 +164,28 @@ def build_places() -> list[tuple[str, Path]]:
 
     from arrcoc_edge.stages.private_cache import CacheUnusable, cache_base
 
+    resolve_settings()
     places = [("the temporary folder (TMPDIR)", Path(tempfile.gettempdir()))]
     try:
         places.append(("the cache (XDG_CACHE_HOME)", cache_base()))
     except CacheUnusable:  # no cache at all: nothing is written there
         pass
     return places
+
+
+def resolve_settings() -> None:
+    """TMPDIR and XDG_CACHE_HOME set to the paths the kernel resolves them to, for this process and
+    its children: what check_places judges is then what the tool and the third-party libraries
+    (which read these variables themselves) write into. `LINK/..` spelled in them is lexically one
+    folder and really another (LINK's target's parent)."""
+    import tempfile
+
+    for name in ("TMPDIR", "XDG_CACHE_HOME"):
+        value = os.environ.get(name, "")
+        if os.path.isabs(value) and os.path.isdir(value):
+            os.environ[name] = os.path.realpath(value)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    tempfile.tempdir = os.path.realpath(tempfile.gettempdir())
 
 
 def check_places(out: Path, places: list[tuple[str, Path]]) -> None:
@@ -182,13 +198,27 @@ def check_places(out: Path, places: list[tuple[str, Path]]) -> None:
     ours = {identity(p) for p in (out, folder_state.state_dir(out))} - {None}
     spelled = {Path(os.path.abspath(p)) for p in (out, folder_state.state_dir(out))}
     for what, place in places:
-        chain = [Path(os.path.abspath(place)), *ancestors(place)]
+        real = Path(os.path.realpath(place))  # the kernel's path: `LINK/..` is LINK's target's parent
+        chain = [Path(os.path.abspath(place)), *ancestors(place), real, *ancestors(real)]
         inside = next((marked(f) for f in chain if f.is_dir() and marked(f)), None)
         if inside is None and (ours & {identity(f) for f in chain} or spelled & set(chain)):
             inside = out
         if inside is not None:
             raise OutputDirError(f"{what} {place} lies inside the output folder {inside} (or its state)",
                                  "point it at a folder outside every published folder and kept release")
+
+
+def refuse_published(what: str, place: Path) -> None:
+    """check_places' rule for one folder, judged again right before it is written (an app folder
+    opened and locked: pass /proc/self/fd/N, what the kernel opened): OutputDirError when it is or
+    lies inside a publish, a kept release or a state."""
+    from arrcoc_edge.errors import OutputDirError
+
+    real = Path(os.path.realpath(place))
+    inside = next((marked(f) for f in [real, *ancestors(real)] if f.is_dir() and marked(f)), None)
+    if inside is not None:
+        raise OutputDirError(f"{what} {real} lies inside the output folder {inside} (or its state)",
+                             "point it at a folder outside every published folder and kept release")
 
 
 def check_out_folder(out: Path, inputs: list[Path], places: list[tuple[str, Path]] = ()) -> None:

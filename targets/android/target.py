@@ -62,7 +62,9 @@ def app_assets_dir() -> Path | None:
     """Where the bundle is copied: ARRCOC_ANDROID_APP_DIR, else the checkout's sample app, else
     (an installed package) nowhere: the bundle stays in the published folder."""
     named = os.environ.get("ARRCOC_ANDROID_APP_DIR")
-    return Path(named) if named else APP_ASSETS
+    # the kernel's path (`LINK/..` is LINK's target's parent): what the write-places guard judges is
+    # what the copy writes into
+    return Path(os.path.realpath(named)) if named else APP_ASSETS
 
 
 def executorch_version() -> str:

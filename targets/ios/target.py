@@ -53,7 +53,9 @@ def app_resources_dir() -> Path | None:
     """Where the bundle is copied: ARRCOC_IOS_APP_DIR, else the checkout's sample app, else (an
     installed package) nowhere: the bundle stays in the published folder."""
     named = os.environ.get("ARRCOC_IOS_APP_DIR")
-    return Path(named) if named else APP_RESOURCES
+    # the kernel's path (`LINK/..` is LINK's target's parent): what the write-places guard judges is
+    # what the copy writes into
+    return Path(os.path.realpath(named)) if named else APP_RESOURCES
 
 
 def package_entry(cfg, package: Path, report) -> dict:

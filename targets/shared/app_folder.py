@@ -42,6 +42,7 @@ import stat
 from pathlib import Path
 
 from arrcoc_edge.errors import OutputDirError
+from arrcoc_edge.publishing.outputs_guard import refuse_published
 from arrcoc_edge.relevance.digest import sha256_file
 
 RECORD = ".arrcoc-edge-files.json"
@@ -300,6 +301,9 @@ def copy_to_app(staging: Path, dest: Path) -> list[str]:
     staging, dest = Path(staging), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     with _folder_lock(dest) as root_fd:
+        # judged again on the folder the kernel opened (every write below is relative to it): the
+        # build's check was minutes ago, and a link on the way may have moved since
+        refuse_published("the app folder", Path(f"/proc/self/fd/{root_fd}") if os.path.isdir("/proc/self/fd") else dest)
         record = read_record(dest)
         wanted = _plan(staging, dest, root_fd, record)
         kept = _remove_pending(root_fd, dest, record)
