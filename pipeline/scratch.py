@@ -22,6 +22,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -30,29 +31,42 @@ _held: dict[str, int] = {}  # folder -> the descriptor holding its lock
 _LOCK = threading.Lock()
 
 
+ATTEMPTS = 50  # names tried before make() gives up (each taken one was planted by someone else)
+FRESH_S = 10.0  # an empty lock file younger than this may be between its creation and its lock
+
+
 def make(prefix: str, dir: str | os.PathLike | None = None, family: str | None = None) -> Path:
     """A new 0700 folder `dir/<prefix><random>` (dir: $TMPDIR), locked as this process's, after
-    removing the abandoned folders of `family` (default: prefix) in dir. Free it with remove()."""
+    removing the abandoned folders of `family` (default: prefix) in dir. Free it with remove().
+
+    The lock file comes first, under an unpredictable name made with O_EXCL (mkstemp), then the
+    folder its name gives: another user of a shared sticky TMPDIR cannot plant the lock's name
+    before it exists; one who plants the folder's name once the lock appears makes this name
+    taken, and the next is tried (ATTEMPTS, then one line naming the folder)."""
     base = Path(dir) if dir is not None else Path(tempfile.gettempdir())
     sweep(base, family or prefix)
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
-    lock, fresh = _lock_file(path), base / (path.name + OWNER + ".new")
-    fd = -1
-    try:
-        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        os.rename(fresh, lock)
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.unlink(fresh)
-        if fd >= 0:
+    for _ in range(ATTEMPTS):
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=OWNER, dir=base)
+        path = Path(name[:-len(OWNER)])
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            os.mkdir(path, 0o700)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
             os.close(fd)
-        raise
-    with _LOCK:
-        _held[str(path)] = fd
-    return path
+            if isinstance(exc, FileExistsError):
+                continue  # someone else's folder took the name after the lock appeared: another name
+            raise
+        with _LOCK:
+            _held[str(path)] = fd
+        return path
+    from arrcoc_edge.errors import HostCapabilityError
+
+    raise HostCapabilityError(f"{ATTEMPTS} temporary folder names in {base} were each taken by another's folder as "
+                              "soon as this tool's lock file appeared (another user of a shared folder)",
+                              "set TMPDIR to a folder only you can write (e.g. mkdir -m 700 ~/tmp)")
 
 
 def _lock_file(path: Path) -> Path:
@@ -134,6 +148,8 @@ def _abandoned(lock: Path) -> int | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             raise OSError("not a lock file of ours")
+        if st.st_size == 0 and time.time() - st.st_mtime < FRESH_S:
+            raise OSError("just made: its maker may not hold its lock yet")
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live run (this one included): refused
     except OSError:
         os.close(fd)

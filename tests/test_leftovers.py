@@ -84,3 +84,65 @@ def test_a_killed_cache_store_is_removed_by_the_next_store_of_any_key(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+def test_another_user_cannot_make_scratch_fail_by_planting_names(tmp_path):
+    """In a shared sticky TMPDIR, another user who planted `<folder>.arrcoc-owner.new` (or the lock's
+    own name) as soon as a folder appeared made 216 of 300 make() calls raise FileExistsError, and
+    builds end in "internal error". The lock comes first now, under an unpredictable name; a name
+    whose folder is taken is retried, and a planted name blocks nothing."""
+    import threading
+
+    from arrcoc_edge import scratch
+
+    stop = threading.Event()
+
+    def plant():  # as fast as a watcher can: every name that looks like ours gets its neighbours
+        while not stop.is_set():
+            for name in os.listdir(tmp_path):
+                base = name[:-len(scratch.OWNER)] if name.endswith(scratch.OWNER) else name
+                for planted in (base + scratch.OWNER + ".new", base + scratch.OWNER, base):
+                    try:
+                        os.symlink("/nonexistent", tmp_path / planted)
+                    except OSError:
+                        pass
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    made, failed = 0, 0
+    try:
+        for _ in range(200):
+            try:
+                path = scratch.make("arrcoc-page-", dir=tmp_path, family="arrcoc-")
+            except FileExistsError:
+                failed += 1
+                continue
+            assert path.is_dir() and not path.is_symlink() and (path.stat().st_mode & 0o777) == 0o700
+            scratch.remove(path)
+            made += 1
+    finally:
+        stop.set()
+        planter.join()
+    assert failed == 0 and made == 200
+
+
+def test_scratch_gives_up_with_one_typed_line_when_every_name_is_taken(tmp_path, monkeypatch):
+    import tempfile as tf
+
+    import pytest
+
+    from arrcoc_edge import scratch
+    from arrcoc_edge.errors import HostCapabilityError
+
+    real = tf.mkstemp
+
+    def taken(prefix, suffix, dir):  # the folder's name always planted right after the lock appears
+        fd, name = real(prefix=prefix, suffix=suffix, dir=dir)
+        os.mkdir(name[:-len(scratch.OWNER)])
+        return fd, name
+
+    monkeypatch.setattr(scratch.tempfile, "mkstemp", taken)
+    with pytest.raises(HostCapabilityError) as info:
+        scratch.make("arrcoc-x-", dir=tmp_path)
+    assert "TMPDIR" in info.value.fix and "another user" in info.value.problem
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(scratch.OWNER)]
