@@ -416,3 +416,33 @@ def test_contract_json_keeps_no_arm64_run_record_but_the_manifest_does():
                          "host_check": {"metrics": {}}, "info": kept}}
     assert typed_text_summary(typed, info)["by_isa"]["cpu"]["run"]["reused"] is False
     assert "run" not in typed_text_summary(typed)["by_isa"]["cpu"]
+
+
+@pytest.mark.parametrize("name", ["tab\there", "new\nline", "cr\rx", "sp ace é"])
+def test_any_byte_in_a_path_reaches_the_runner_and_answers_stay_in_step(tmp_path, name):
+    """`build --target executorch --out $'x\\ty'` failed a correct .pte's arm64 gate (the path split the
+    tab-separated request); with a newline one request's status was attached to the next. The
+    request holds only names of the runner's own folder now; the next request gets its own answer."""
+    import shutil
+
+    from arrcoc_edge.targets.shared import et_runner
+
+    _tree_or_skip()
+    odd = tmp_path / name
+    odd.mkdir()
+    shutil.copy(TINY, odd / "model.pte")
+    with et_runner.RunnerProcess() as process:
+        first, _ = process.request(odd / "model.pte", "forward", _inputs())
+        with pytest.raises(GateError):
+            process.request(odd / "model.pte", "no_such_method", _inputs())
+        again, _ = process.request(TINY, "forward", _inputs())
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+
+
+@pytest.mark.parametrize("field", ["a\tb", "a\nb", "a\rb", "a\0b"])
+def test_a_request_field_with_a_control_character_is_never_sent(field):
+    from arrcoc_edge.targets.shared import et_runner
+
+    with pytest.raises(HostCapabilityError):
+        et_runner.request_line(["model.pte", field])
+    assert et_runner.request_line(["a", "b"]) == "a\tb"

@@ -8,7 +8,10 @@ the cross compiler whose usr/aarch64-linux-gnu is qemu's -L sysroot). Its marker
 of the runner source it compiled: a tree built from another source is stale, not used.
 
 A RunnerProcess serves requests (one model after another, every batch of a model on one load) over
-its stdin; arrays go through raw files in a private temporary folder. An emulator or runner that
+its stdin; arrays go through raw files in a private temporary folder. A request line holds only
+names this side made, relative to the runner's working folder (that private folder): the model is
+reached through a link there, so a tab, newline or any other byte in a user's path (`--out
+$'x\ty'`) never enters the tab-separated line, whose fields are checked to hold none. An emulator or runner that
 cannot start, or ends without its answer, raises HostCapabilityError (the check is then "not
 measured", with the reason); a program that the runtime refuses or that kills the process raises
 GateError: measured, it does not run there.
@@ -125,13 +128,12 @@ class RunnerProcess:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         with tempfile.TemporaryDirectory(dir=self.folder.name) as tmp:
-            specs = []
+            specs, here = [], os.path.basename(tmp)  # relative to the runner's working folder
             for i, array in enumerate(inputs):
                 array = np.ascontiguousarray(array)
-                path = Path(tmp) / f"in{i}.bin"
-                path.write_bytes(array.tobytes())
-                specs.append(f"{_DTYPES[array.dtype.name]}:{'x'.join(map(str, array.shape))}:{path}")
-            line = "\t".join([str(Path(model).resolve()), method, tmp, str(repeat), *specs])
+                (Path(tmp) / f"in{i}.bin").write_bytes(array.tobytes())
+                specs.append(f"{_DTYPES[array.dtype.name]}:{'x'.join(map(str, array.shape))}:{here}/in{i}.bin")
+            line = request_line([self._model_name(model), method, here, str(repeat), *specs])
             answer = self._ask(line, model)
             if "error" in answer:
                 raise GateError(f"{Path(model).name} does not run in the C++ ExecuTorch runtime ({self.label}): "
@@ -144,6 +146,16 @@ class RunnerProcess:
                 raise HostCapabilityError(f"the C++ ExecuTorch runner ({self.label}) answered {Path(model).name} "
                                           f"without readable outputs ({type(exc).__name__})", SETUP_FIX) from None
         return outputs, answer
+
+    def _model_name(self, model: Path) -> str:
+        """The model's name in the runner's working folder: a link to the resolved file, one per
+        file (the runner keeps a model loaded while requests name it the same)."""
+        real = os.path.realpath(model)
+        name = f"model-{hashlib.sha256(os.fsencode(real)).hexdigest()[:24]}.pte"
+        link = Path(self.folder.name) / name
+        if not link.is_symlink():
+            os.symlink(real, link)
+        return name
 
     def _ask(self, line: str, model: Path) -> dict:
         limit = self.timeout or arm64.timeout_s()
@@ -183,6 +195,17 @@ class RunnerProcess:
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
+
+
+def request_line(fields: list[str]) -> str:
+    """The runner's request: tab-separated fields, one line. Every field is a name this module made;
+    one holding a tab, a line break or a NUL would split or shift the request (and every answer
+    after it), so it is refused here, never sent."""
+    for field in fields:
+        if any(c in field for c in "\t\n\r\0"):
+            raise HostCapabilityError(f"a request field for the C++ ExecuTorch runner holds a control character "
+                                      f"({field!r})", "report it: the runner's requests carry only names of its own folder")
+    return "\t".join(fields)
 
 
 def method_for(image: np.ndarray, square_side: int | None) -> str:
