@@ -302,3 +302,30 @@ def test_a_kept_release_is_read_by_load_predict_and_serve_and_bench_refuses_it(o
     bench = run_cli("bench", "--out", str(release), "--runs", "1", "--photos", "0")
     assert bench.returncode == 2 and "kept release" in bench.stderr and len(bench.stderr.strip().splitlines()) == 1, bench.stderr
     assert ((release / "bench.json").read_bytes() if (release / "bench.json").exists() else None) == had
+
+
+def test_a_pte_that_does_not_load_names_its_file_folder_and_the_whole_fix(tmp_path):
+    """The runtime's line said "the checked .pte does not load" (neither file nor folder) and its fix
+    `invoke build --target executorch`, without --out and with `invoke` when installed."""
+    import hashlib
+    import json as js
+
+    from arrcoc_edge import targets as target_table
+    from arrcoc_edge.errors import InputError as Refused
+    from arrcoc_edge.frontends import predict as pr
+    from arrcoc_edge.install import COMMAND
+
+    pytest.importorskip("executorch.runtime")
+    out = tmp_path / "rel"
+    (out / "executorch").mkdir(parents=True)
+    data = b"PTE!" * 1000  # not a program
+    (out / "executorch" / "model_fp32.pte").write_bytes(data)
+    entry = {"variants": {"fp32": {"files": ["executorch/model_fp32.pte"], "info": {"max_batch": 8}}},
+             "files": [{"path": "executorch/model_fp32.pte", "sha256": hashlib.sha256(data).hexdigest(),
+                        "bytes": len(data)}]}
+    manifest = {"checkpoint": {"model": {"grid": 14, "top_k": 8, "query_dim": 384}}, "targets": {"executorch": entry}}
+    (out / "manifest.json").write_text(js.dumps(manifest))
+    with pytest.raises(Refused) as info:
+        pr.checked_runner(out, manifest, target_table.TARGETS["executorch"], "fp32", out)
+    assert f"executorch/model_fp32.pte in {out}" in info.value.problem, info.value.problem
+    assert f"`{COMMAND} build --target executorch --out {out}`" in info.value.fix

@@ -196,16 +196,21 @@ def checked_runner(out: Path, manifest: dict, target: Target, variant: str, show
     then held to the manifest's description of it (grid, top_k, query_dim): a manifest is a
     claim, the model file's own I/O is the truth. A file that is not a model, or a model other
     than the one described, is one InputError, never a wrong answer."""
-    from arrcoc_edge.errors import ArrcocError
+    from arrcoc_edge.errors import ArrcocError, ExportError
+    from arrcoc_edge.install import COMMAND
     from arrcoc_edge.publishing.reading import model_claim_problems
     from arrcoc_edge.stages.target import declared_io
 
     entry = manifest["targets"][target.name]
     checked = check_variant_files(out, entry, variant)  # the runtime gets these bytes, not the path
     rel = entry["variants"][variant]["files"][0]
-    fix = "rebuild that folder with `invoke build` (its manifest.json was edited, or copied from another build)"
+    fix = (f"rebuild that folder with `{COMMAND} build --target {target.name} --out {shown}` (its manifest.json "
+           "was edited, or copied from another build)")
     try:
         runner = target.published_runner(out, entry, variant, threads=threads, model=checked[0])
+    except ExportError as exc:  # the runtime's own line names neither the file nor the folder
+        raise InputError(f"{rel} in {shown} does not load as {target.name}'s {variant} model ({exc.problem})",
+                         fix) from exc
     except ArrcocError:
         raise
     except Exception as exc:  # noqa: BLE001 - each runtime has its own error types for a file it cannot load

@@ -43,12 +43,14 @@ def _program(path: Path | bytes):
     whose bytes were collected segfaulted on its first call, measured)."""
     from executorch.runtime import Runtime
 
+    from arrcoc_edge.install import COMMAND
+
     try:
         return Runtime.get().load_program(path if isinstance(path, bytes) else str(path))
     except Exception as exc:  # the runtime raises RuntimeError / ValueError with a C++ status code
         raise ExportError(f"{'the checked .pte' if isinstance(path, bytes) else path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
-                          "rebuild it with `invoke build --target executorch`") from exc
+                          f"rebuild it with `{COMMAND} build --target executorch --out FOLDER`") from exc
 
 
 def check_method_meta(path: Path, cfg) -> list[str]:
