@@ -1,83 +1,106 @@
 """Every fenced command and Python block of README.md and docs/cli.md runs as written (docs/python.md's
 blocks run, in order and as one program, in tests/test_api.py::test_every_example_of_docs_python_md_runs).
 
-Each page's ```bash and ```python blocks run in order, in a folder set up as a user's would be after
-the page's own set-up steps: `.venv` and `tasks.py` of this checkout (so `.venv/bin/invoke`,
-`arrcoc-edge` and `python` are the project's), `artifacts/` a folder published there by
-`.venv/bin/invoke build --target onnx,onnx-int8,text-encoder --out artifacts` (the conversions come
-from the session's cache; a page's `clean` removes it, so README runs before docs/cli.md), `photo.jpg` a real photo, `photos/` three photos, `q.npy` a query embedding of the model's width. A block that cannot
+Each page's ```bash and ```python blocks run in order, in folders set up as a user's would be:
+`HOME/arrcoc-edge/` is a clone (a copy of the files git tracks, with this checkout's `.venv`), where
+`artifacts/` is a folder published by `.venv/bin/invoke build --target onnx,onnx-int8,text-encoder --out
+artifacts` (the conversions come from the session's cache; a page's `clean` removes it, so README
+runs before docs/cli.md), `photo.jpg` a real photo and `photos/` three photos; a block runs there.
+A block marked as outside the checkout runs in HOME, which holds the clone and `photo.jpg` only (the
+README's package route: a venv, the wheel `.venv/bin/invoke package` made, a copy of the publish);
+its python blocks run with the venv that route makes, `arrcoc-env/bin/python`. A block that cannot
 run here says so on the line before it, with its reason:
 
     <!-- docs-test: skip (the whole set-up and build: CI runs exactly this) -->
+    <!-- docs-test: outside the checkout -->
 
 A bash block runs under `bash -euo pipefail`; a python block as a script. Output blocks (```text,
 plain ```) are not run.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import REPO, photo_file
 
 pytestmark = pytest.mark.slow  # a build and real predicts
 
 PAGES = ("README.md", "docs/cli.md")
-FENCE = re.compile(r"(?:^<!-- docs-test: skip \((?P<why>.+?)\) -->\n)?^```(?P<lang>bash|python)\n(?P<code>.*?)^```",
-                   re.M | re.S)
+FENCE = re.compile(r"(?:^<!-- docs-test: (?:skip \((?P<why>.+?)\)|(?P<outside>outside the checkout)) -->\n)?"
+                   r"^```(?P<lang>bash|python)\n(?P<code>.*?)^```", re.M | re.S)
+CLONE = "arrcoc-edge"       # the folder a `git clone` of the project makes, inside HOME
+OUTSIDE_VENV = "arrcoc-env"  # the venv the README's package route makes in HOME
 
 
-def blocks(page: str) -> list[tuple[int, str, str, str | None]]:
-    """(line, language, code, skip reason or None) of each runnable fenced block, in page order."""
+def blocks(page: str) -> list[tuple[int, str, str, str | None, bool]]:
+    """(line, language, code, skip reason or None, runs outside the checkout) of each runnable
+    fenced block, in page order."""
     text = (REPO / page).read_text()
-    return [(text.count("\n", 0, m.start("code")), m["lang"], m["code"], m["why"]) for m in FENCE.finditer(text)]
+    return [(text.count("\n", 0, m.start("code")), m["lang"], m["code"], m["why"], bool(m["outside"]))
+            for m in FENCE.finditer(text)]
 
 
 def test_the_parser_sees_blocks_and_skip_marks():
     found = blocks("README.md")
-    assert any(lang == "bash" and why is None for _, lang, _, why in found)
-    assert any(lang == "python" for _, lang, _, _ in found)
-    skipped = [why for *_, why in found if why]
+    assert any(lang == "bash" and why is None for _, lang, _, why, _ in found)
+    assert any(lang == "python" and outside for _, lang, _, _, outside in found)
+    skipped = [why for *_, why, _ in found if why]
     assert skipped and all(len(why) > 10 for why in skipped)  # a reason, not a bare mark
+    assert any(outside and lang == "bash" and f"python3 -m venv {OUTSIDE_VENV}" in code
+               for _, lang, code, _, outside in found), "the README's package route makes its venv"
 
 
 BUILT = "onnx,onnx-int8,text-encoder"
 
 
 @pytest.fixture(scope="module")
-def user_folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("user")
-    (root / ".venv").symlink_to(REPO / ".venv")
-    (root / "tasks.py").symlink_to(REPO / "tasks.py")
-    built = _run(root, "bash", f".venv/bin/invoke build --target {BUILT} --out artifacts")
+def home(tmp_path_factory) -> Path:
+    """HOME holding a clone (the tracked files and this checkout's .venv) with a published
+    `artifacts/` and the user's photos; HOME itself holds the clone and a photo, nothing else."""
+    root = tmp_path_factory.mktemp("home")
+    clone = root / CLONE
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file():  # a file deleted in the work tree is not in the clone either
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    (clone / ".venv").symlink_to(REPO / ".venv")
+    built = _run(clone, "bash", f".venv/bin/invoke build --target {BUILT} --out artifacts")
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    reprs = re.findall(r".*[{\[]'.*", built.stdout + built.stderr)  # `held-out {'sentences': 38, ...}`
+    assert not reprs, f"a Python repr in the build's output: {reprs[:3]}"
+    photo_file(clone)
     photo_file(root)
-    (root / "photos").mkdir()
+    (clone / "photos").mkdir()
     for seed in (1, 2, 3):
-        photo_file(root / "photos", f"p{seed}.jpg", seed=seed * 40)
-    width = json.loads((root / "artifacts" / "manifest.json").read_text())["checkpoint"]["model"]["query_dim"]
-    np.save(root / "q.npy", np.full(width, width ** -0.5, np.float32))
+        photo_file(clone / "photos", f"p{seed}.jpg", seed=seed * 40)
     return root
 
 
-def _run(folder: Path, lang: str, code: str) -> subprocess.CompletedProcess:
+def _run(folder: Path, lang: str, code: str, python: Path | None = None) -> subprocess.CompletedProcess:
+    """In the clone the checkout's .venv is on PATH (docs/cli.md's `arrcoc-edge` lines); outside
+    it (`python`: the route's own venv) PATH is the user's own, without it."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = f"{folder / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    cmd = ["bash", "-euo", "pipefail", "-c", code] if lang == "bash" else [str(folder / ".venv" / "bin" / "python"), "-c", code]
-    return subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600, env=env)
+    venv_bin = str(REPO / ".venv" / "bin")
+    paths = [entry for entry in env.get("PATH", "").split(os.pathsep) if entry and entry != venv_bin]
+    env["PATH"] = os.pathsep.join(paths if python else [venv_bin, *paths])
+    cmd = ["bash", "-euo", "pipefail", "-c", code] if lang == "bash" else [str(python or REPO / ".venv" / "bin" / "python"), "-c", code]
+    return subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=900, env=env)
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_block_of_the_page_runs_as_written(page, user_folder):
+def test_every_block_of_the_page_runs_as_written(page, home):
     found = blocks(page)
     assert found, f"{page} has no ```bash or ```python block"
-    for line, lang, code, why in found:
+    for line, lang, code, why, outside in found:
         if why:
             continue
-        done = _run(user_folder, lang, code)
+        folder = home if outside else home / CLONE
+        python = home / OUTSIDE_VENV / "bin" / "python" if outside else None
+        done = _run(folder, lang, code, python)
         assert done.returncode == 0, f"{page}:{line} ({lang}) exit {done.returncode}:\n{code}\n{done.stdout[-1500:]}{done.stderr[-2500:]}"

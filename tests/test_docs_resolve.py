@@ -38,7 +38,7 @@ NOT_IN_CHECKOUT = {
     "tools/kotlin/node_modules/": "installed by scripts/setup.d/40-android-jvm.sh (git-ignored)",
     "web/node_modules/": "installed by scripts/setup.d/20-web-npm.sh (git-ignored)",
     ".venv/": "the virtual environment scripts/setup.sh makes (git-ignored)",
-    "dist/": "where `pip wheel ... -w dist/` writes the wheel (docs/python.md)",
+    "dist/": "where `.venv/bin/invoke package` writes the wheel (README.md)",
     "./artifacts": "the default --out of the installed command: artifacts/ in the folder it runs in",
     # inside an installed wheel only: setup.py maps checkpoints/, web/ and mobile/ there
     "pipeline/bundled/": "the wheel's copy of checkpoints/ (setup.py)",
@@ -62,7 +62,14 @@ def _page_lines(page: Path):
 
 
 def _tops(base: Path) -> set[str]:
-    return {p.name for p in base.iterdir()} if base.is_dir() else set()
+    """The top-level entries git tracks in `base`: a user's own `photos/`, `q.npy` or `artifacts/`
+    in the checkout (docs/cli.md leads to them) must not make prose such as `photos/s` a path."""
+    import subprocess
+
+    if not base.is_dir():
+        return set()
+    listed = subprocess.run(["git", "ls-files", "-z", "."], cwd=base, capture_output=True, check=True).stdout.decode()
+    return {name.split("/", 1)[0] for name in listed.split("\0") if name}
 
 
 def _bases(page: Path) -> list[Path]:
