@@ -18,6 +18,9 @@ if _run_by_invoke():
     from arrcoc_edge.frontends.commands import install_early_handlers
 
     install_early_handlers("invoke")
+    from arrcoc_edge.frontends.commands import suggest_the_nearest
+
+    suggest_the_nearest(sys.modules["__main__"].program)  # `invoke prdict`: names `invoke predict`
 
 from invoke import task  # noqa: E402
 

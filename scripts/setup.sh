@@ -5,8 +5,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3.11}
-command -v "$PY" >/dev/null || PY=python3
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
+if ! command -v "$PY" >/dev/null; then
+    if [ -n "${PYTHON:-}" ]; then
+        echo "setup: PYTHON=$PYTHON is not a command -> fix: PYTHON=python3.11 bash scripts/setup.sh (or the path of a Python 3.11)" >&2
+        exit 2
+    fi
+    PY=python3
+fi
+# One line, no traceback: which Python this is and how to choose a 3.11 (the pinned torch wheel's)
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+    found=$("$PY" -c 'import platform; print("is Python", platform.python_version())' 2>/dev/null) || found="does not run"
+    echo "setup: $PY $found; the build needs Python 3.11 -> fix: PYTHON=python3.11 bash scripts/setup.sh (apt-get install python3.11, or pass the path of any Python 3.11)" >&2
+    exit 2
+fi
 
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv

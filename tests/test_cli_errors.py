@@ -377,3 +377,113 @@ def test_an_error_after_a_swallowed_ctrl_c_is_still_exit_130_and_one_line(capsys
 
 def _raise(exc):
     raise exc
+
+
+# ------------------------------------------------------------------ --out that is not a publish, misspellings, set-up
+
+
+def _publish(folder: Path) -> Path:
+    """A published folder as `cp -r artifacts/ DEST` leaves it: manifest.json and a target folder."""
+    (folder / "onnx").mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"targets": {"onnx": {}}}))
+    return folder
+
+
+def _predict_out(out: str, tmp_path: Path, kind: str = "input error") -> str:
+    from conftest import photo_file
+
+    photo = photo_file(tmp_path)
+    return one_line_error(*invoke("predict", "--out", out, "--image", str(photo), "--query", "x")[::2], kind=kind)
+
+
+def test_out_at_a_target_folder_inside_a_publish_names_the_publish(tmp_path):
+    """`--out artifacts/onnx` said "nothing is published ... run build"."""
+    copy = _publish(tmp_path / "copy")
+    line = _predict_out(str(copy / "onnx"), tmp_path)
+    assert "is the 'onnx' folder inside a published folder" in line and f"pass --out {copy} " in line, line
+    generation = tmp_path / ".out.arrcoc-edge" / ".generations" / "20261129-075818-18086-20683b"
+    _publish(generation)
+    (tmp_path / "out").symlink_to(generation.relative_to(tmp_path))  # the tool's own link, as a build makes it
+    line = _predict_out(str(tmp_path / "out" / "onnx"), tmp_path, kind="output error")
+    assert "is the 'onnx' folder inside a published folder" in line and f"pass --out {tmp_path / 'out'} " in line, line
+
+
+def test_out_at_a_file_says_it_is_a_file(tmp_path):
+    line = _predict_out(str(tmp_path / "photo.jpg"), tmp_path)
+    assert "is a file, not a published folder" in line and "--image" in line, line
+
+
+def test_out_at_a_copied_link_names_the_copy_with_the_trailing_slash(tmp_path):
+    """`cp -r artifacts dest` copies the link, which resolves nowhere beside dest: the fix was `ln -sfn`."""
+    (tmp_path / "dest").symlink_to(".artifacts.arrcoc-edge/.generations/20261129-075818-18086-20683b")
+    line = _predict_out(str(tmp_path / "dest"), tmp_path, kind="output error")
+    assert "copied or moved link" in line and f"cp -r PATH/artifacts/ {tmp_path / 'dest'}" in line, line
+
+
+def test_a_missing_publish_without_the_build_extra_points_at_out(tmp_path, monkeypatch):
+    """Installed without torch, "nothing is published: run build" led into a torch install."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    line = _predict_out(str(tmp_path / "artifacts"), tmp_path)
+    assert "does not exist" in line and "build --target onnx,text-encoder" in line, line
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    line = _predict_out(str(tmp_path / "artifacts"), tmp_path)
+    assert "pass --out a folder a build published" in line and "cp -r artifacts/ DEST" in line, line
+    assert "build --target" not in line and "pip install" not in line, line
+
+
+@pytest.mark.parametrize("argv,nearest", [(["prdict"], "`invoke predict`"), (["buidl", "--target", "onnx"], "`invoke build`"),
+                                          (["predict", "--imgae", "x"], "--image"), (["--lisst"], "--list"),
+                                          (["predict", "--query", "x", "--heatmpa", "h.png"], "--heatmap")])
+def test_a_misspelt_command_or_option_names_the_nearest(argv, nearest):
+    from invoke import Collection, Program
+
+    import tasks
+    from arrcoc_edge.frontends.commands import suggest_the_nearest
+
+    program = Program(namespace=Collection.from_module(tasks), binary="invoke")
+    suggest_the_nearest(program)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stopped:
+        program.run(["invoke", *argv])
+    assert stopped.value.code == 1 and f"Did you mean {nearest}?" in err.getvalue(), err.getvalue()
+    assert len(err.getvalue().strip().splitlines()) == 1
+
+
+def test_the_commands_suggest_the_nearest_as_typed():
+    """The console command and `invoke` in a checkout (tasks.py installs it under Invoke's Program)."""
+    command = shutil.which("arrcoc-edge", path=str(REPO / ".venv" / "bin"))
+    done = subprocess.run([command, "prdict"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Did you mean `arrcoc-edge predict`?" in done.stderr, done.stderr
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "invoke"), "clen"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "Did you mean `invoke clean`?" in done.stderr, done.stderr
+    done = subprocess.run([command, "zzzz"], capture_output=True, text=True, timeout=120)
+    assert "Did you mean" not in done.stderr and "`arrcoc-edge --list` lists every command" in done.stderr
+
+
+def test_set_up_on_another_python_says_how_to_choose_3_11(tmp_path):
+    """`PYTHON=python3.12 bash scripts/setup.sh` ended in `AssertionError: Python 3.11 is required`.
+    A copy of the script (it stops before touching anything, but not in the checkout all the same)."""
+    import glob
+    import sys
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(REPO / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+
+    def setup(python: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(tmp_path / "scripts" / "setup.sh")], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin", "PYTHON": python}, timeout=60)
+
+    missing = setup("python3.99")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "PYTHON=python3.11 bash scripts/setup.sh" in missing.stderr
+    others = [p for p in (shutil.which(f"python3.{v}") for v in (12, 13, 10)) if p] + glob.glob("/root/.pyenv/versions/3.1[023].*/bin/python3")
+    other = next((p for p in others if subprocess.run([p, "-c", "import sys; sys.exit(sys.version_info[:2] == (3, 11))"],
+                                                        capture_output=True).returncode == 0), None)
+    if other is None:
+        pytest.skip("no Python other than 3.11 on this host to try")
+    done = setup(other)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert " is Python 3.1" in done.stderr and "PYTHON=python3.11 bash scripts/setup.sh" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scripts"] and sys.version_info[:2] == (3, 11)

@@ -145,6 +145,14 @@ def test_the_installed_command_has_help_and_exit_codes(venv, tmp_path):
     build = subprocess.run([command, "build", "--target", "onnx", "--out", str(tmp_path / "o")],
                            capture_output=True, text=True, cwd=tmp_path)
     assert build.returncode != 0 and "pip install 'arrcoc-edge[build" in build.stderr, build.stderr
+    # no publish and no build extra: the fix is a published folder, never a build or a torch install
+    photo_file(tmp_path)
+    nothing = subprocess.run([command, "predict", "--image", "photo.jpg", "--query", "x"], capture_output=True, text=True,
+                             cwd=tmp_path)
+    assert nothing.returncode == 2 and "pass --out a folder a build published" in nothing.stderr, nothing.stderr
+    assert "pip install" not in nothing.stderr and "build --target" not in nothing.stderr, nothing.stderr
+    misspelt = subprocess.run([command, "prdict"], capture_output=True, text=True, cwd=tmp_path)
+    assert misspelt.returncode == 1 and "Did you mean `arrcoc-edge predict`?" in misspelt.stderr, misspelt.stderr
 
 
 def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(venv, tmp_path, ios_build,

@@ -320,7 +320,8 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     log(f"exported program {program.path.name} ({program.origin})")
     golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"),
                               options.get("calibration_queries"))  # a SentenceFile, read once when checked
-    log(f"golden set: held-out {golden.describe()['heldout']['subsets']}; queries: {golden.query_source}")
+    held_out = ", ".join(f"{n} {kind.rstrip('s')} samples" for kind, n in golden.describe()["heldout"]["subsets"].items())
+    log(f"golden set: held-out {held_out}; queries: {golden.query_source}")  # words, not a dict's repr
     run_dir = locking.new_staging(out)
     stages: dict[str, StageResult] = {}
     try:

@@ -368,6 +368,7 @@ def _predict(image, query, query_embedding, out, runtime, json_path, heatmap, ve
     photos, several = batch.photo_inputs(images)
     embedding = opts.existing_file("query-embedding", query_embedding) if query_embedding is not None else None
     root = opts.release_folder(out, DEFAULT_OUT)  # only read: a kept release too
+    opts.published_folder(root, out, COMMAND)  # a file, a target's folder, nothing there: said as such
     if several or len(queries) > 1:
         return _predict_many(images, photos, queries, embedding, root, runtime, json_path, heatmap, verbose, every_cell)
     photo = photos[0]

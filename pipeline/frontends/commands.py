@@ -251,12 +251,57 @@ def main() -> None:
 
     cli.COMMAND = NAME  # the messages name the command the user typed
     tasks = Collection(build, verify, merge, predict, serve, clean, bench, train, app_tokenize)
-    command_program()(namespace=tasks, name=NAME, binary=NAME, version=__version__).run()
+    program = command_program()(namespace=tasks, name=NAME, binary=NAME, version=__version__)
+    suggest_the_nearest(program)
+    program.run()
 
 
 # Invoke's core options that mean something for these tasks; the rest (--pty, --hide, --echo, --dry,
 # --warn-only, ...) steer Invoke's shell runner, which no task here uses, so --help leaves them out.
 SHOWN_CORE_OPTIONS = ("--help", "--list", "--version", "--print-completion-script")
+
+
+def suggest_the_nearest(program) -> None:
+    """A misspelt command or option (`invoke prdict`, `predict --imgae`) made Invoke say "No idea
+    what 'prdict' is!" and stop there: this program's parse errors name the nearest command or
+    option too. Wraps the instance's parse_tasks (Invoke's own Program under `invoke`, tasks.py
+    installs it; the console command's, main below)."""
+    from invoke.exceptions import ParseError
+
+    plain = program.parse_tasks
+
+    def parse_tasks() -> None:
+        try:
+            plain()
+        except ParseError as error:
+            raise ParseError(with_nearest(str(error), error.context, program), error.context) from None
+
+    program.parse_tasks = parse_tasks
+
+
+def with_nearest(message: str, context, program) -> str:
+    """"No idea what 'prdict' is!" -> the same, then "did you mean `invoke predict`?" when a
+    command or option is close (difflib); the message unchanged otherwise."""
+    import difflib
+    import re
+
+    found = re.fullmatch(r"No idea what '(.+)' is!", message)
+    if not found:
+        return message
+    token = found.group(1).split("=", 1)[0]
+    typed = program.called_as or ""  # `invoke`, `inv` or `arrcoc-edge`, as typed; `python -m` runs __main__.py
+    binary = typed if typed and not typed.endswith(".py") else (program.binary or NAME)
+    if token.startswith("-"):
+        flags = [*(context.flags if context is not None else ()), *program.initial_context.flags]
+        names = [f for f in flags if f.startswith("--")]
+        near = difflib.get_close_matches(token, names, n=1, cutoff=0.6)
+        task = f" {context.name}" if context is not None and context.name else ""
+        hint = f"`{binary}{task} --help` lists {'its' if task else 'the'} options"
+        return f"{message} Did you mean {near[0]}? ({hint})" if near else f"{message} ({hint})"
+    names = [name for name in program.parser.contexts if not name.startswith("-")] if program.parser else []
+    near = difflib.get_close_matches(token, names, n=1, cutoff=0.6)
+    hint = f"`{binary} --list` lists every command"
+    return f"{message} Did you mean `{binary} {near[0]}`? ({hint})" if near else f"{message} ({hint})"
 
 
 def command_program():

@@ -151,3 +151,32 @@ def _shown(value) -> str:
     text = repr(str(value))
     return text if len(text) <= 60 else text[:57] + "...'"
 
+
+
+def published_folder(root: Path, value: str | None, command: str) -> None:
+    """--out of a task that reads a publish (predict): when `root` holds no manifest, one line that
+    names what it is instead (missing, a file, a target's folder inside a publish, an empty
+    folder) and the fix for that case. Without the build extra (an installed package that only
+    predicts) a missing publish is fixed by pointing --out at one, never by building."""
+    import importlib.util
+
+    from arrcoc_edge.publishing.folder_state import MANIFEST
+
+    if (root / MANIFEST).is_file():
+        return
+    shown = _shown(value) if value is not None else f"(default) {root}"
+    parent = root.parent / MANIFEST
+    if root.is_file():
+        raise InputError(f"--out {shown} is a file, not a published folder",
+                         "pass --out the folder a build published (it holds manifest.json); a photo goes to --image")
+    if parent.is_file():
+        above = os.path.dirname(value.rstrip("/")) or "." if value else str(root.parent)
+        raise InputError(f"--out {shown} is the {root.name!r} folder inside a published folder",
+                         f"pass --out {above} (the folder with manifest.json; --runtime picks a target)")
+    can_build = importlib.util.find_spec("torch") is not None
+    what = "does not exist" if not os.path.lexists(root) else "holds no manifest.json: nothing is published there"
+    copy = "`cp -r artifacts/ DEST` copies one: the trailing slash copies the files the artifacts link points at"
+    fix = (f"run `{command} build --target onnx,text-encoder --out {value or root}` first, or pass --out a published "
+           f"folder ({copy})" if can_build else f"pass --out a folder a build published, such as a checkout's "
+           f"artifacts/ ({copy})")
+    raise InputError(f"--out {shown} {what}", fix)

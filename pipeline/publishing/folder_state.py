@@ -88,13 +88,32 @@ def output_path(value: str, release_ok: bool = False) -> Path:
                                  f"pass --out {owner[0]} to build or clean there (the release stays while this link "
                                  f"leads to it; delete the link to let the next build remove it), or copy the release "
                                  f"first (cp -rL {value} NEW) and pass --out NEW")
-        if not os.path.lexists(path):  # `mv OUT sub/v1`: OUT's relative link resolves nowhere there
-            raise OutputDirError(f"--out {value!r} is a link to {path}, which does not exist (a release link moved "
-                                 "away from its output folder)", "make it resolve: the build that kept its "
-                                 "generation named the `ln -sfn` command (or move the link back beside that folder)")
+        if not os.path.lexists(path):  # `cp -r OUT DEST` or `mv OUT sub/v1`: OUT's relative link resolves nowhere there
+            state = next(p for p in path.parts if p.endswith(STATE_SUFFIX))
+            source = f"{state[1:-len(STATE_SUFFIX)]}/"  # the output folder the link was copied from
+            raise OutputDirError(f"--out {value!r} is a copied or moved link to a build ({path}, which does not "
+                                 "exist here), not the published files", f"copy the files it points at instead: "
+                                 f"`rm {value} && cp -r PATH/{source} {value}` (the trailing slash follows the link), "
+                                 "or make the link resolve with the `ln -sfn` command the build that kept it printed")
+        inside = _inside_generation(value, path)
+        if inside is not None:
+            raise OutputDirError(f"--out {value!r} is the {path.name!r} folder inside a published folder",
+                                 f"pass --out {inside} (the folder with manifest.json; predict's --runtime picks a target)")
         raise OutputDirError(f"--out {value!r} is inside an output folder's own state ({path})",
                              "pass the output folder itself (the name without the leading dot and suffix)")
     return path
+
+
+def _inside_generation(value: str, path: Path) -> str | None:
+    """The published folder as the user would name it, when `path` (value resolved) lies inside a
+    generation (`--out artifacts/onnx`: artifacts' link led into it), else None."""
+    parts = path.parts
+    for i in range(1, len(parts) - 2):
+        if parts[i] == GENERATIONS and parts[i - 1].endswith(STATE_SUFFIX) and GENERATION_NAME.fullmatch(parts[i + 1]):
+            depth = len(parts) - (i + 2)  # components below the generation folder
+            given = Path(value.rstrip("/") or "/")
+            return str(given.parents[depth - 1]) if depth <= len(given.parents) else str(Path(*parts[:i + 2]))
+    return None
 
 
 def kept_release(link: Path) -> tuple[Path, str] | None:
