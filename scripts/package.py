@@ -2,9 +2,10 @@
 
 1. `python -m build` (PEP 517, each build in an isolated environment of its own): the sdist, then
    the wheel built from that sdist, as an installer building from the registry's sdist would.
-2. The wheel built straight from the source tree (the files git tracks): its files and their bytes
-   must equal the sdist-built wheel's (a file the sdist forgot, or a generated one it carried,
-   shows up here).
+   Both are built from the committed content (HEAD, exported with `git archive`): a tree with
+   uncommitted changes, or a tracked link that leaves the tree, is refused (committed_tree).
+2. The wheel built straight from that tree: its files and their bytes must equal the
+   sdist-built wheel's (a file the sdist forgot, or a generated one it carried, shows up here).
 3. `twine check --strict` on both (the metadata and README render as the registry shows them).
 4. The wheel installs one top-level name, `arrcoc_edge`, and the `arrcoc-edge` command.
 Only then are the two files copied into --out (default dist/); nothing else there is touched.
@@ -18,6 +19,7 @@ import base64
 import csv
 import hashlib
 import io
+import posixpath
 import shutil
 import subprocess
 import sys
@@ -34,8 +36,8 @@ class PackageError(Exception):
     """A release file that must not be published; the message says what is wrong."""
 
 
-def run(cmd: list[str], cwd: Path = REPO) -> str:
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+def run(cmd: list[str], cwd: Path | None = None) -> str:
+    done = subprocess.run(cmd, cwd=cwd or REPO, capture_output=True, text=True)
     if done.returncode:
         raise PackageError(f"{' '.join(cmd[:4])} ... failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return done.stdout
@@ -72,26 +74,43 @@ def check_wheel(wheel: Path) -> None:
     check_record(wheel)
 
 
-def tracked_copy(dest: Path) -> Path:
-    """The files git tracks, copied to `dest`: the tree as a clean clone holds it, without what a
-    local build left in build/ or *.egg-info (setuptools reuses build/lib, so a module moved away
-    since would still ship). Outside a git checkout (an unpacked sdist), the folder as it is."""
+def committed_tree(dest: Path) -> Path:
+    """HEAD's content, exported to `dest` (`git archive`): a release is a commit. A tree with
+    uncommitted changes to tracked files is refused (they would not be in the release, or, built
+    from the working tree, would be released without a commit), and so is a tracked link that
+    leaves the tree (`host-link.txt -> /etc/hostname` carried this host's file into the wheel).
+    Outside a git checkout (an unpacked sdist), the folder as it is."""
     if not (REPO / ".git").exists():
         return REPO
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        if (REPO / name).is_file():  # a tracked file deleted in the working tree is not in it
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"]).splitlines()
+    if dirty:
+        raise PackageError(f"the tree has uncommitted changes to {len(dirty)} tracked file(s) ({', '.join(d[3:] for d in dirty[:5])}): "
+                           "a release is built from a commit; commit or stash them, then run it again")
+    for line in run(["git", "ls-files", "-s", "-z"]).split("\0"):
+        if line.startswith("120000 "):
+            _check_link(line.split("\t", 1)[1], line.split()[1])
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
+
+
+def _check_link(name: str, blob: str) -> None:
+    """A tracked link must name a path inside the tree (judged on its text, as a clone would make it)."""
+    target = run(["git", "cat-file", "-p", blob])
+    inside = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    if target.startswith("/") or inside == ".." or inside.startswith("../"):
+        raise PackageError(f"the tracked link {name} -> {target} leaves the tree: its target's content (this host's) "
+                           "would be released; replace it with the file itself, committed")
 
 
 def build(out: Path) -> tuple[Path, Path]:
     """(sdist, wheel built from it) and the checks above; returns the files in `out`."""
     with tempfile.TemporaryDirectory(prefix="arrcoc-package-") as tmp:
         released, direct = Path(tmp) / "released", Path(tmp) / "direct"
-        run([sys.executable, "-m", "build", "--outdir", str(released), str(REPO)])  # sdist, then wheel from it
-        run([sys.executable, "-m", "build", "--wheel", "--outdir", str(direct), str(tracked_copy(Path(tmp) / "tree"))])
+        tree = committed_tree(Path(tmp) / "tree")
+        run([sys.executable, "-m", "build", "--outdir", str(released), str(tree)])  # sdist, then wheel from it
+        run([sys.executable, "-m", "build", "--wheel", "--outdir", str(direct), str(tree)])
         (sdist,), (wheel,), (tree_wheel,) = released.glob("*.tar.gz"), released.glob("*.whl"), direct.glob("*.whl")
         ours, theirs = wheel_contents(wheel), wheel_contents(tree_wheel)
         if ours != theirs:
