@@ -57,3 +57,18 @@ def test_the_release_is_heads_content_untracked_files_left_out(package, tmp_path
     tree = module.committed_tree(tmp_path / "tree")
     assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*")) == ["pkg", "pkg/alias.py", "pkg/serve.py"]
     assert (tree / "pkg" / "serve.py").read_text() == "print('committed')\n"
+
+
+def test_the_build_extra_can_train_and_the_docs_table_names_every_extra():
+    """`pip install '...[build]'` could not `train` (it needs MiniLM, the text extra) while
+    docs/python.md said `[build]` is for build, train and bench. The build extra holds the text
+    extra now, and the docs' table says what each extra of pyproject.toml enables."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "arrcoc-edge[text]" in extras["build"]
+    page = (REPO / "docs" / "python.md").read_text()
+    rows = set(re.findall(r"^\| `([a-z0-9]+)` \|", page, re.M))
+    assert rows == set(extras), sorted(rows ^ set(extras))
+    assert re.search(r"^\| `build` \|.*`train`", page, re.M)
