@@ -24,7 +24,13 @@ ISOLATION_HEADERS = {
 }
 
 
+IDLE_TIMEOUT_S = 60  # a connection that sends nothing (or takes nothing) this long is closed
+
+
 class IsolatedHandler(SimpleHTTPRequestHandler):
+    # Each connection holds a thread (QuietServer): without a limit an idle client held it for
+    # good, and a few thousand idle connections exhausted the process's threads.
+    timeout = IDLE_TIMEOUT_S
     extensions_map = {
         **SimpleHTTPRequestHandler.extensions_map,
         ".mjs": "text/javascript",

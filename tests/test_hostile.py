@@ -329,3 +329,36 @@ def test_a_pte_that_does_not_load_names_its_file_folder_and_the_whole_fix(tmp_pa
         pr.checked_runner(out, manifest, target_table.TARGETS["executorch"], "fp32", out)
     assert f"executorch/model_fp32.pte in {out}" in info.value.problem, info.value.problem
     assert f"`{COMMAND} build --target executorch --out {out}`" in info.value.fix
+
+
+def test_serve_closes_idle_connections(tmp_path, monkeypatch):
+    """`invoke serve` kept one thread per idle connection for good."""
+    import socket
+    import threading
+    import time as clock
+
+    from arrcoc_edge import serve
+
+    (tmp_path / "index.html").write_text("<html></html>")
+    monkeypatch.setattr(serve.IsolatedHandler, "timeout", 1)
+    server = serve.make_server(tmp_path)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        idle = [socket.create_connection(server.server_address[:2]) for _ in range(20)]
+        clock.sleep(0.5)
+        assert threading.active_count() >= 20
+        started = clock.monotonic()
+        for conn in idle:
+            conn.settimeout(10)
+            assert conn.recv(1) == b""  # closed by the server, not by this side
+            conn.close()
+        assert clock.monotonic() - started < 10
+        live = socket.create_connection(server.server_address[:2])  # a request still gets its answer
+        live.sendall(b"GET /index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        live.settimeout(10)
+        assert b" 200 " in live.recv(100).split(b"\r\n")[0] + b" "
+        live.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -90,3 +90,31 @@ def test_threads_is_bounded(built, threads):
     with pytest.raises(InputError) as err:
         load(built, "onnx", threads=threads)
     assert "threads" in err.value.one_line()
+
+
+def test_verify_reruns_the_golden_bundle_a_swapped_model_with_a_resealed_manifest_fails(onnx_build, tmp_path):
+    """A model with the same inputs and outputs put in place of the built one (weights changed), its
+    manifest entry re-sealed (sha256 and size), verified OK and predicted under the wrong label."""
+    import hashlib
+    import json as js
+
+    import onnx
+    from onnx import numpy_helper
+
+    from arrcoc_edge.frontends.verify import _verify
+
+    out = onnx_build.copy(tmp_path / "swapped")
+    path = out / "onnx" / "model.onnx"
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:  # another model: every float weight negated
+        array = numpy_helper.to_array(init)
+        if array.dtype.kind == "f" and array.size > 16:
+            init.CopyFrom(numpy_helper.from_array(-array, init.name))
+    onnx.save(model, str(path))
+    data = path.read_bytes()
+    manifest = js.loads((out / "manifest.json").read_text())
+    for entry in manifest["targets"]["onnx"]["files"]:
+        if entry["path"] == "onnx/model.onnx":
+            entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (out / "manifest.json").write_text(js.dumps(manifest))
+    assert _verify(out) == 3

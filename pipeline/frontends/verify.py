@@ -88,10 +88,71 @@ def model_claims(base: Path, manifest: dict, shown: Path) -> list[str]:
             continue  # a target's own name is one of its variants again
         try:
             with pr.third_party_quiet(False):
-                pr.checked_runner(base, manifest, target_table.TARGETS[target], variant, shown).close()
+                runner = pr.checked_runner(base, manifest, target_table.TARGETS[target], variant, shown)
+                try:
+                    why = golden_rerun(base, manifest["targets"][target], variant, runner)
+                finally:
+                    runner.close()
         except ArrcocError as exc:
             lines.append(f"MISMATCH {exc.problem}")
+            continue
+        if why:
+            rel = manifest["targets"][target]["variants"][variant]["files"][0]
+            lines.append(f"MISMATCH {rel} in {shown} does not reproduce its golden bundle ({why}): not the model "
+                         "that was built and gated (swapped, with its manifest entry re-sealed?)")
     return lines
+
+
+def golden_rerun(base: Path, entry: dict, variant: str, runner) -> str | None:
+    """The target's golden bundle (golden.json + golden.bin, listed and checked with its files: the
+    eager reference's outputs on a few photos) run again through `runner`, judged by the variant's
+    own gate: the failures in a few words, or None (passed, or no bundle or gate to judge by). A
+    model of the same inputs and outputs put in place of the built one, its manifest re-sealed,
+    has the right shape and the wrong numbers: only this catches it."""
+    import numpy as np
+
+    from arrcoc_edge.stages.parity import Gate, parity_metrics
+
+    listed = [f["path"] for f in entry.get("files", [])]
+    bundle = next((p for p in listed if p.endswith("/golden.json") and p[:-4] + "bin" in listed), None)
+    gate = entry.get("variants", {}).get(variant, {}).get("parity", {}).get("gate")
+    if bundle is None or not isinstance(gate, dict):
+        return None
+    samples = read_golden(base / bundle, base / (bundle[:-4] + "bin"))
+    if not samples:
+        return None
+    keys = ("relevance", "topk_indices", "weights")
+    expected, got = {k: [] for k in keys}, {k: [] for k in keys}
+    for sample in samples:
+        outputs = runner.run({"image": sample["image"], "query": sample["query"]})
+        for key in expected:
+            expected[key].append(sample[key])
+            got[key].append(np.asarray(outputs[key]))
+    metrics = parity_metrics({k: np.concatenate(v) for k, v in expected.items()},
+                             {k: np.concatenate(v) for k, v in got.items()}, float(gate.get("tie_tolerance", 1e-3)))
+    failures = Gate(gate.get("max", {}), gate.get("min", {}), float(gate.get("tie_tolerance", 1e-3))).parity_failures(metrics)
+    return "; ".join(failures[:2]) or None
+
+
+def read_golden(meta_path: Path, bin_path: Path) -> list[dict]:
+    """golden.json's samples as arrays read from golden.bin (stages/golden.py write_bundle's format);
+    empty when a sample lacks an array the re-run needs."""
+    import json
+
+    import numpy as np
+
+    meta, data = json.loads(meta_path.read_text()), bin_path.read_bytes()
+    samples = []
+    for sample in meta.get("samples", []):
+        arrays = {}
+        for name, a in sample.get("arrays", {}).items():
+            dtype = np.dtype(a["dtype"]).newbyteorder("<")
+            arrays[name] = np.frombuffer(data, dtype=dtype, count=a["bytes"] // dtype.itemsize,
+                                         offset=a["offset"]).reshape(a["shape"]).astype(a["dtype"])
+        if not {"image", "query", "relevance", "topk_indices", "weights"} <= set(arrays):
+            return []
+        samples.append(arrays)
+    return samples
 
 
 def beside_targets(base: Path, manifest: dict) -> list[tuple[str, str]]:
