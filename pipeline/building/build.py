@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arrcoc_edge.building.timing import Timings
 from arrcoc_edge.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
                              NotApplicableError)
 from arrcoc_edge.publishing import folder_state, locking, publish, reading, takeover
@@ -48,6 +49,7 @@ class StageResult:
     staging: Path | None = None
     variants: list[VariantReport] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float | None = None  # this process's and its children's over the stage's span (timing.py)
     error: BaseException | None = None  # an unexpected exception, kept for --verbose
 
     @property
@@ -65,6 +67,7 @@ class BuildResult:
     out: Path
     exported_cache_hit: bool
     seconds: float
+    timings: dict = field(default_factory=dict)  # wall and CPU seconds per phase (timing.Timings.record)
 
     @property
     def ok(self) -> bool:
@@ -304,22 +307,27 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     if strict:  # a missing extra ends the build before the minutes its other stages take, not after
         for target in order:
             target.require()
-    log(f"loading checkpoint {checkpoint}")
-    ckpt = load_checkpoint(checkpoint, grid=options.get("grid"), top_k=options.get("top_k"))
-    cfg = ckpt.config
-    log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
-    for target in order:  # bad options fail here, before any stage could publish
-        target.check_options(options, ckpt.config)
-    from arrcoc_edge.relevance.qwen_query import check_sources
+    timings = Timings()
+    with timings.phase("checkpoint"):
+        log(f"loading checkpoint {checkpoint}")
+        ckpt = load_checkpoint(checkpoint, grid=options.get("grid"), top_k=options.get("top_k"))
+        cfg = ckpt.config
+        log(f"model: {cfg.grid} x {cfg.grid} patches, top-{cfg.top_k}, input {cfg.image_size} px, query width {cfg.query_dim}")
+        for target in order:  # bad options fail here, before any stage could publish
+            target.check_options(options, ckpt.config)
+        from arrcoc_edge.relevance.qwen_query import check_sources
 
-    check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
+        check_sources(ckpt.path, options.get("base_model"), cfg.query_dim)
     if ckpt.ignored_keys:
         log(f"ignored {len(ckpt.ignored_keys)} keys outside the relevance model (e.g. {ckpt.ignored_keys[0]})")
     locking.check_interrupted()
-    program = export_cached(ckpt, folder_state.cache_root(out) / "export", log)
+    with timings.phase("export") as phase:
+        program = export_cached(ckpt, folder_state.cache_root(out) / "export", log)
+        phase["cached"] = program.cache_hit
     log(f"exported program {program.path.name} ({program.origin})")
-    golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"),
-                              options.get("calibration_queries"))  # a SentenceFile, read once when checked
+    with timings.phase("golden"):
+        golden = build_golden_set(ckpt.model, ckpt.config, ckpt.path, options.get("base_model"),
+                                  options.get("calibration_queries"))  # a SentenceFile, read once when checked
     held_out = ", ".join(f"{n} {kind.rstrip('s')} samples" for kind, n in golden.describe()["heldout"]["subsets"].items())
     log(f"golden set: held-out {held_out}; queries: {golden.query_source}")  # words, not a dict's repr
     run_dir = locking.new_staging(out)
@@ -327,7 +335,10 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     try:
         for target in order:
             locking.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
-            stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
+            with timings.phase(target.name) as phase:
+                stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
+                phase["status"] = stages[target.name].status
+            stages[target.name].cpu_seconds = timings.phases[target.name]["cpu_seconds"]
         locking.check_interrupted()
         chosen = to_publish(requested, stages)
         for name, stage in stages.items():
@@ -336,12 +347,13 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
         if chosen:
             previous = reading.read_manifest(out)
             kept = [s for s in stages.values() if s.target.name in chosen or s.status in ("failed", "skipped")]
-            data = manifest_mod.merge(previous, ckpt, program, golden, kept, folder_state.state_dir(out))
+            data = manifest_mod.merge(previous, ckpt, program, golden, kept, folder_state.state_dir(out),
+                                      timings=timings.record())
             publish.publish(out, {n: stages[n].staging for n in chosen}, data,
                             write_extras=lambda gen: _write_report(out, gen, kept, ckpt, golden, log), log=log)
     finally:
         locking.remove_tree(run_dir)
-    return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started)
+    return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started, timings.record())
 
 
 def to_publish(requested: set[str], stages: dict[str, StageResult]) -> list[str]:

@@ -318,6 +318,22 @@ def bench(out: str | None, runs, verbose: bool = False, photos=None) -> int:
                    verbose, "bench")
 
 
+def build_bench(targets: str, out: str | None, verbose: bool = False) -> int:
+    """`invoke bench --build TARGETS`: a cold and a warm build, their wall and CPU seconds per phase."""
+    def run() -> int:
+        need_build_extra("bench")
+        from arrcoc_edge.frontends.build_bench import format_build_bench, run_build_bench
+
+        record = run_build_bench(targets, Path(out).absolute() if out else None, log=lambda m: print(m, flush=True))
+        print()
+        print(format_build_bench(record))
+        print(f"\n{record['host']}, commit {record['commit'] or 'not recorded'}; written to "
+              f"{Path(record['folder']) / 'build_bench.json'} (scripts/speed_table.py makes a table of it)")
+        return 0 if all(r["exit"] == 0 for r in record["runs"].values()) else 3
+
+    return guarded(run, verbose, "bench")
+
+
 def _bench(root: Path, runs: int, photos: int) -> int:
     need_build_extra("bench")
     from arrcoc_edge import targets as target_table

@@ -203,12 +203,14 @@ def clean(c, out=None, verbose=False):
             "runs": "timed rounds per case, 1 to 100000 (default 50; median and p90 are reported)",
             "photos": "photos (1024x768 JPEG) in the folder run through `invoke predict --image FOLDER`, "
                       "0 to 100000 (default 1000; 0 skips it)",
+            "build": "instead: build these targets (as --target takes them) with an empty user cache, then "
+                     "again warm, and print each phase's wall and CPU seconds (--out: a new folder for both builds)",
             "verbose": VERBOSE})
-def bench(c, out=None, runs=None, verbose=False, photos=None):
+def bench(c, out=None, runs=None, verbose=False, photos=None, build=None):
     """Latency of torch eager and every published runtime, side by side (not a test)."""
     from arrcoc_edge.frontends import cli
 
-    _exit(cli.bench(out, runs, verbose, photos))
+    _exit(cli.build_bench(build, out, verbose) if build else cli.bench(out, runs, verbose, photos))
 
 
 @task(help={"out": "checkpoint to write (default: checkpoints/arrcoc-v0.1-trained.safetensors in a checkout, "

@@ -113,6 +113,7 @@ def target_entry(stage, ckpt, program, by_name: dict) -> dict:
         },
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(stage.seconds, 2),
+        **({"build_cpu_seconds": stage.cpu_seconds} if stage.cpu_seconds is not None else {}),
     }
     if stage.reason:
         entry["reason"] = stage.reason
@@ -166,7 +167,7 @@ def _mark_stale(entry: dict, ckpt) -> dict:
         f"top-{was.get('top_k', '?')}, not from this manifest's checkpoint: rebuild this target")}
 
 
-def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
+def merge(previous: dict, ckpt, program, golden, stages, out: Path, timings: dict | None = None) -> dict:
     targets = {name: _mark_stale(e, ckpt) for name, e in previous.get("targets", {}).items()}
     by_name = {s.target.name: s for s in stages}
     for stage in stages:
@@ -199,6 +200,8 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path) -> dict:
         "host": f"{platform.system()} {platform.machine()}",
         "host_info": host_info(),
         "targets": dict(sorted(targets.items())),
+        # this build's wall and CPU seconds per phase, up to publishing (building/timing.py)
+        **({"build_timings": timings} if timings else {}),
     }
 
 

@@ -1,0 +1,43 @@
+"""Where a build's time goes: timing.Timings' phases and the build bench's table (fast tier: no build).
+
+Timings are recorded, never asserted against a limit: speed is the bench's (`invoke bench --build`)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from arrcoc_edge.building.timing import Timings, cpu_seconds
+from arrcoc_edge.frontends.build_bench import format_build_bench
+
+
+def test_a_phase_counts_the_cpu_of_its_children_and_of_this_process():
+    timings = Timings()
+    with timings.phase("child", cached=False) as phase:
+        subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+        phase["note"] = "kept"
+    with timings.phase("own"):
+        sum(i * i for i in range(1_000_000))
+    child, own = timings.phases["child"], timings.phases["own"]
+    assert list(timings.phases) == ["child", "own"]  # in the order they started
+    assert child["cached"] is False and child["note"] == "kept"
+    assert child["cpu_seconds"] > 0 and own["cpu_seconds"] > 0  # a reaped child's CPU counts (RUSAGE_CHILDREN)
+    assert own["start"] >= child["start"] + child["seconds"] - 0.01
+    record = timings.record()
+    assert record["cpu_seconds"] >= child["cpu_seconds"] + own["cpu_seconds"] - 0.05
+    assert record["seconds"] >= child["seconds"] + own["seconds"] - 0.05 and record["cores"] >= 1
+    assert cpu_seconds() > 0
+
+
+def test_the_build_bench_table_has_a_row_per_phase_and_the_rest_of_each_run():
+    def run(phases, seconds, cpu):
+        return {"exit": 0, "seconds": seconds, "cpu_seconds": cpu, "build_seconds": seconds - 10,
+                "build_cpu_seconds": cpu - 8, "phases": {name: {"seconds": s, "cpu_seconds": c} for name, (s, c) in phases.items()}}
+
+    record = {"runs": {"cold": run({"export": (40.0, 70.0), "onnx": (20.0, 30.0)}, 70.0, 108.0),
+                       "warm": run({"export": (1.5, 1.2), "onnx": (5.0, 6.0)}, 16.5, 15.2)}}
+    lines = format_build_bench(record).splitlines()
+    assert lines[0].split() == ["phase", "cold", "wall", "s", "cold", "CPU", "s", "warm", "wall", "s", "warm", "CPU", "s"]
+    rows = {line.split("  ")[0].strip(): line.split()[-4:] for line in lines[2:]}
+    assert rows["export"] == ["40.0", "70.0", "1.5", "1.2"]
+    assert rows["start-up, publish, report"] == ["10.0", "8.0", "10.0", "8.0"]
+    assert rows["total"] == ["70.0", "108.0", "16.5", "15.2"]
