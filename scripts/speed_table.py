@@ -1,7 +1,9 @@
-"""Markdown speed table from a bench.json (`invoke bench` writes OUT/bench.json).
+"""Markdown speed table from a bench.json (`invoke bench` writes OUT/bench.json) or a build_bench.json
+(`invoke bench --build TARGETS --out DIR` writes DIR/build_bench.json).
 
     python scripts/speed_table.py [OUT/bench.json] > table.md
     python scripts/speed_table.py AFTER/bench.json --before BEFORE/bench.json   # side by side
+    python scripts/speed_table.py DIR/build_bench.json [--before EARLIER/build_bench.json]  # a build's phases
 
 Prints the host, the commit the bench ran on, one table of 1-thread medians (runtime x case, ms),
 the default-thread rows with their spread (p10-p90), and the speed goals with their ratios, so a
@@ -68,6 +70,40 @@ def before_after(before: dict, after: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _seconds(phase: dict | None) -> str:
+    return "" if not phase else f"{phase['seconds']:.0f} / {phase['cpu_seconds']:.0f}"
+
+
+def _other(run: dict) -> dict | None:
+    """A child's time outside the build's phases (imports, publishing, the report)."""
+    if run.get("build_seconds") is None or run.get("build_cpu_seconds") is None:
+        return None
+    return {"seconds": run["seconds"] - run["build_seconds"], "cpu_seconds": run["cpu_seconds"] - run["build_cpu_seconds"]}
+
+
+def build_table(record: dict, before: dict | None = None) -> str:
+    """Each phase's wall / CPU seconds, cold and warm (and the same of an earlier record beside them)."""
+    records = ([("before", before)] if before else []) + [("after" if before else "", record)]
+    lines = [f"{label + ': ' if label else ''}`invoke bench --build {r['targets']}` on {r['host']}, {r['timestamp']}, "
+             f"commit {r.get('commit') or 'not recorded'}" for label, r in records]
+    columns = [(label, run) for label, r in records for run in r["runs"]]
+    starts: dict[str, float] = {}  # phases in the order they started (the manifest sorts its keys)
+    for _, r in records:
+        for run in r["runs"].values():
+            for name, phase in run["phases"].items():
+                starts.setdefault(name, phase.get("start", 0.0))
+    names = sorted(starts, key=lambda name: starts[name])
+    head = [f"{label} {run}".strip() for label, run in columns]
+    lines += ["", "Seconds, wall / CPU (this process and its children):", "",
+              "| phase | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    runs = lambda: [r["runs"][run] for label, r in records for run in r["runs"]]  # noqa: E731
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(_seconds(run["phases"].get(name)) for run in runs()) + " |")
+    lines.append("| start-up, publish, report | " + " | ".join(_seconds(_other(run)) for run in runs()) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{_seconds(run)}**" for run in runs()) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     """speed_table.py [BENCH.json] [--before OLD_BENCH.json]"""
     args = list(argv[1:])
@@ -77,7 +113,10 @@ def main(argv: list[str]) -> int:
         before = json.loads(Path(args[i + 1]).read_text())
         del args[i : i + 2]
     bench = json.loads(Path(args[0] if args else "artifacts/bench.json").read_text())
-    sys.stdout.write(before_after(before, bench) if before else table(bench))
+    if bench.get("kind") == "build":
+        sys.stdout.write(build_table(bench, before))
+    else:
+        sys.stdout.write(before_after(before, bench) if before else table(bench))
     return 0
 
 

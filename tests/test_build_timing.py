@@ -41,3 +41,21 @@ def test_the_build_bench_table_has_a_row_per_phase_and_the_rest_of_each_run():
     assert rows["export"] == ["40.0", "70.0", "1.5", "1.2"]
     assert rows["start-up, publish, report"] == ["10.0", "8.0", "10.0", "8.0"]
     assert rows["total"] == ["70.0", "108.0", "16.5", "15.2"]
+
+
+def test_the_speed_page_table_names_the_commit_and_host_and_each_phases_wall_and_cpu():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("speed_table", Path(__file__).parents[1] / "scripts" / "speed_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = lambda wall, cpu: {"exit": 0, "seconds": wall, "cpu_seconds": cpu, "build_seconds": wall - 5,  # noqa: E731
+                             "build_cpu_seconds": cpu - 4, "phases": {"android": {"seconds": wall - 5, "cpu_seconds": cpu - 4}}}
+    record = {"kind": "build", "targets": "all", "host": "Some CPU, 2 cores", "timestamp": "T", "commit": "abc1234",
+              "runs": {"cold": run(300.0, 500.0), "warm": run(50.0, 60.0)}}
+    md = module.build_table(record)
+    assert "`invoke bench --build all` on Some CPU, 2 cores, T, commit abc1234" in md
+    assert "| android | 295 / 496 | 45 / 56 |" in md and "| **total** | **300 / 500** | **50 / 60** |" in md
+    both = module.build_table(record, before=record)
+    assert "| phase | before cold | before warm | after cold | after warm |" in both

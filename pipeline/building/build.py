@@ -121,9 +121,16 @@ def verify_variant(target: Target, ctx: BuildContext, variant: Variant) -> Varia
                               "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"},
                               "facts": host_cpu()}
         host_failed = bool(failures)  # this host's own verdict: one ISA's failure does not skip the next
-        for isa, load in loaders.items():
-            by_isa[isa] = verify_on_isa(target.name, isa, load, variant, heldout, expected, got, ctx.log,
-                                        host_failed=host_failed)
+        # each ISA's emulator on its own thread: the CPU models run side by side (BuildContext.side_by_side)
+        counter = ctx.counter(f"{variant.name}: held-out samples on {len(loaders)} emulated ISAs", len(loaders))
+
+        def on(isa, load) -> dict:
+            record = verify_on_isa(target.name, isa, load, variant, heldout, expected, got, ctx.log, host_failed)
+            counter.advance()
+            return record
+
+        by_isa.update(ctx.side_by_side({isa: lambda isa=isa, load=load: on(isa, load) for isa, load in loaders.items()}))
+        for isa in loaders:
             failures += [f"{isa}: {f}" for f in by_isa[isa].get("failures", [])]
     if failures:
         status = "failed"
@@ -399,7 +406,7 @@ def _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, opti
         return StageResult(target, "skipped", exc.one_line())
     staging = run_dir / target.name
     staging.mkdir()
-    ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options)
+    ctx = BuildContext(ckpt, program, golden, staging, dict(stages), log, options, target=target.name)
     started = time.monotonic()
     result = _attempt(target, ctx, strict)
     result.seconds = result.seconds or time.monotonic() - started  # a failed stage's minutes count too

@@ -75,13 +75,22 @@ def _one_build(targets: str, out: Path, cache: Path) -> dict:
             "build_seconds": timings.get("seconds"), "build_cpu_seconds": timings.get("cpu_seconds")}
 
 
+def phase_order(runs) -> list[str]:
+    """Phase names in the order they started (the manifest keeps its keys sorted by name)."""
+    starts: dict[str, float] = {}
+    for run in runs:
+        for name, phase in run["phases"].items():
+            starts.setdefault(name, phase.get("start", 0.0))
+    return sorted(starts, key=lambda name: starts[name])
+
+
 def format_build_bench(record: dict) -> str:
     """Phases as rows, wall and CPU seconds of each run as columns; the rest of each child's time
     (imports, publishing, the report) as its own row. Phases that overlap (a stage's emulated
     checks beside the next stage) each show their own span, so a column can add up to more than
     its total."""
     runs = record["runs"]
-    names = list(dict.fromkeys(p for run in runs.values() for p in run["phases"]))
+    names = phase_order(runs.values())
     header = ["phase", *(f"{r} {kind}" for r in runs for kind in ("wall s", "CPU s"))]
     rows = []
     for name in names:

@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 from arrcoc_edge.frontends.redirect import fds_to
+from arrcoc_edge.stages.progress import Progress
 
 LOG_NAME = "build.log"
+PLAIN_PROGRESS_S = 30  # a log or CI gets a step's progress line this often (a terminal: 4 times a second)
 _MAX_LOG_BYTES = 20 * 1024 * 1024  # start afresh past this: a log of every build ever is noise too
 
 
@@ -33,6 +35,7 @@ class Console:
         self.out = out
         self.started = time.monotonic()
         self.stages: dict[str, list] = {}  # target -> [stage text, started, finished or None]
+        self.printed: dict[str, float] = {}  # progress step -> when its line was last printed (plain output)
         self.live = None
         if live:
             from rich.console import Console as RichConsole
@@ -44,6 +47,8 @@ class Console:
 
     def log(self, message: str) -> None:
         target = message[1:message.index("]")] if message.startswith("[") and "]" in message else None
+        if target is None and isinstance(message, Progress):
+            target = message.key  # a step outside any stage: its own row
         if target is not None:
             now = time.monotonic()
             for name, state in self.stages.items():
@@ -51,8 +56,21 @@ class Console:
                     state[2] = now  # a build runs one stage at a time: the previous one is done
             state = self.stages.setdefault(target, [None, now, None])
             state[0] = message[len(target) + 2:].strip()
+        if isinstance(message, Progress) and not self._plain_progress_due(message):
+            return  # on a terminal the table shows it in place; in a log, now and then
         if self.live is None or target is None:
             self._print(message)
+
+    def _plain_progress_due(self, line: Progress) -> bool:
+        """A progress line for a log or CI: the first, the last, and one every PLAIN_PROGRESS_S between."""
+        if self.live is not None:
+            return False
+        now = time.monotonic()
+        last = self.printed.get(line.key)
+        if last is None or line.done >= line.total or now - last >= PLAIN_PROGRESS_S:
+            self.printed[line.key] = now
+            return True
+        return False
 
     def _print(self, message: str) -> None:
         if self.live is not None:

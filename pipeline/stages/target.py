@@ -91,6 +91,14 @@ class BuildContext:
     # what the stage keeps open while its variants are verified (kept()); run_stage closes it
     resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _kept: dict = field(default_factory=dict)
+    target: str = ""  # the stage's target name, which its progress lines start with
+
+    def counter(self, what: str, total: int):
+        """A progress.Counter for a step of the stage that takes more than a few seconds: each
+        advance() shows `[target] what: done/total (elapsed)` (in place on a terminal)."""
+        from arrcoc_edge.stages.progress import Counter
+
+        return Counter(self.log, f"[{self.target}] {what}" if self.target else what, total)
 
     @property
     def config(self):
@@ -99,11 +107,30 @@ class BuildContext:
     def kept(self, key: str, make: Callable[[], Any]) -> Any:
         """The stage's one `make()` for `key`, a context manager made on first use and shared by
         every variant of the stage (an emulator process that is slow to start), closed when the
-        stage's verification ends."""
+        stage's verification ends. Safe from side_by_side's threads, each keeping its own keys
+        (a dict's and a deque's single operations are atomic)."""
         if key not in self._kept:
             self._kept[key] = self.resources.enter_context(make())
             self.resources.callback(self._kept.pop, key, None)
         return self._kept[key]
+
+    def side_by_side(self, work: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+        """Each key's `work()` at the same time, on that key's own thread of the stage; the results in
+        `work`'s order, after every one has ended (the first exception raised, if any).
+
+        For the emulated ISAs: each emulator is one single-threaded process, so two CPU models side
+        by side take both cores. One thread per key for the whole stage, not one per call: an
+        emulator process (kept()) is tied to the thread that started it (subproc.popen's
+        PR_SET_PDEATHSIG), so every request to it comes from that thread while the stage lasts."""
+        from concurrent.futures import ThreadPoolExecutor, wait
+
+        if len(work) < 2:
+            return {key: run() for key, run in work.items()}
+        pools = {key: self.kept(f"thread {key}", lambda key=key: ThreadPoolExecutor(1, thread_name_prefix=key[:20]))
+                 for key in work}  # made before the emulators the work keeps: closed after them
+        futures = {key: pools[key].submit(run) for key, run in work.items()}
+        wait(futures.values())  # none still runs when one's exception ends the stage
+        return {key: future.result() for key, future in futures.items()}
 
 
 class Target:
