@@ -363,6 +363,7 @@ def test_the_encoders_arm64_outputs_are_run_once_per_sequence_and_reused_only_wh
     change of the program, or a cache entry altered on disk, runs them again."""
     from types import SimpleNamespace
 
+    from arrcoc_edge.stages.progress import Counter
     from arrcoc_edge.targets.shared.encoder_arm64 import arm64_embeddings
     from arrcoc_edge.targets.shared import et_runner
 
@@ -379,7 +380,7 @@ def test_the_encoders_arm64_outputs_are_run_once_per_sequence_and_reused_only_wh
             return [np.asarray(inputs[0], dtype=np.float32).sum(keepdims=True).reshape(1, 1) + np.arange(4, dtype=np.float32)], {}
 
     log = []
-    ctx = SimpleNamespace(log=log.append)
+    ctx = SimpleNamespace(log=log.append, counter=lambda what, total: Counter(log.append, what, total))
     pte = tmp_path / "encoder.pte"
     pte.write_bytes(b"program one")
     isa = next(iter(et_runner.CPUS))
@@ -400,6 +401,17 @@ def test_the_encoders_arm64_outputs_are_run_once_per_sequence_and_reused_only_wh
     altered = Counting()
     assert not arm64_embeddings(ctx, pte, isa, altered, ids, True)[1]["reused"] and len(altered.calls) == 2
     assert any("conversion cache" in line for line in log)
+
+
+def test_the_emulated_encoder_check_runs_one_sequence_of_each_length():
+    """Every kernel path of the whole list (the .pte's shapes follow the token count alone), the
+    shortest and the longest included, and nothing twice."""
+    from arrcoc_edge.targets.shared.encoder_arm64 import one_per_length
+
+    ids = [[101, 102], [101, 102], [101, 5, 102], [101, 9, 102], [101, 3, 4, 102], [101, *range(254), 102], [101, 8, 102]]
+    chosen = one_per_length(ids)
+    assert set(chosen) == {(101, 3, 4, 102), (101, 5, 102), (101, 102), (101, *range(254), 102)} and len(chosen) == 4
+    assert sorted(len(c) for c in chosen) == sorted({len(i) for i in ids})
 
 
 def test_contract_json_keeps_no_arm64_run_record_but_the_manifest_does():

@@ -30,34 +30,59 @@ from arrcoc_edge.targets.shared import arm64, et_runner
 def arm64_checks(ctx: BuildContext, path: Path, gate: Gate, metrics_of, batch_dim: bool,
                  ids_needed: list[list[int]]) -> tuple[dict, list[str]]:
     """The encoder .pte on the phones' arm64 kernels (the C++ runner under qemu-user, each CPU model of
-    et_runner.CPUS), held to the same gate: `metrics_of(embed_ids)` computes the host's numbers with
-    that runtime's embeddings of the token ids in `ids_needed` (each distinct sequence runs once:
-    arm64_embeddings). Returns the per-ISA records and the failures ("ISA: ..."); a CPU model that
-    cannot be emulated here is recorded as not measured, with the reason."""
+    et_runner.CPUS, side by side), held to the same gate: `metrics_of(embed_ids, covered)` computes
+    the host's numbers with that runtime's embeddings, over the token sequences in `covered`: one of
+    each length among `ids_needed` (one_per_length: every kernel path the whole list takes). Returns
+    the per-ISA records and the failures ("ISA: ..."); a CPU model that cannot be emulated here is
+    recorded as not measured, with the reason."""
     if arm64.host_runs_arm64():
         return {}, []
+    # each CPU model's emulator on its own thread: side by side, they take both cores; the metrics
+    # (the Python encoder's and the relevance model's side) are then computed here, one model at a time
+    covered = one_per_length(ids_needed)
+    ran = ctx.side_by_side({isa: lambda isa=isa: _emulate(ctx, isa, path, covered, batch_dim) for isa in et_runner.CPUS})
     records, failures = {}, []
-    for isa in et_runner.CPUS:
-        process = ctx.kept(f"et-runner {isa}", lambda isa=isa: et_runner.RunnerProcess(isa))
-        started = time.monotonic()
-        try:
-            embeddings, run = arm64_embeddings(ctx, path, isa, process, ids_needed, batch_dim)
-            metrics = metrics_of(lambda ids: embeddings[tuple(int(i) for i in ids)])
-        except HostCapabilityError as exc:
-            records[isa] = {"measured": False, "reason": f"not measured: {exc.problem}"}
-            ctx.log(f"query encoder: not measured on {isa}: {exc.problem}")
+    for isa, (embeddings, run, label, seconds) in ran.items():
+        if not isinstance(embeddings, dict):  # the record of a CPU model not measured, or failed
+            records[isa], failures = embeddings, failures + [f"{isa}: {f}" for f in embeddings.get("failures", [])]
             continue
-        except GateError as exc:
-            records[isa], failures = {"measured": True, "passed": False, "failures": [exc.problem]}, failures + [f"{isa}: {exc.problem}"]
-            continue
+        metrics = metrics_of(lambda ids: embeddings[tuple(int(i) for i in ids)], set(covered))
         wrong = gate.parity_failures(metrics)
-        records[isa] = {"measured": True, "passed": not wrong, "runtime": process.label or et_runner.command(isa)[1],
+        records[isa] = {"measured": True, "passed": not wrong, "runtime": label,
                         "metrics": {k: v for k, v in metrics.items() if k != "size_bytes"}, "run": run,
                         **({"failures": wrong} if wrong else {})}
         failures += [f"{isa}: {f}" for f in wrong]
         ctx.log(f"query encoder on {isa}: {'passed' if not wrong else 'FAILED ' + ', '.join(wrong)} "
-                f"({time.monotonic() - started:.0f} s, {run['outputs']})")
+                f"({seconds:.0f} s, {run['outputs']})")
     return records, failures
+
+
+def _emulate(ctx: BuildContext, isa: str, path: Path, ids_needed: list[list[int]], batch_dim: bool) -> tuple:
+    """The embeddings on one CPU model (arm64_embeddings), how they were obtained, the runtime's label
+    and the seconds taken; or, in the first place, the record of a model not measured or failed."""
+    process = ctx.kept(f"et-runner {isa}", lambda: et_runner.RunnerProcess(isa))
+    started = time.monotonic()
+    try:
+        embeddings, run = arm64_embeddings(ctx, path, isa, process, ids_needed, batch_dim)
+    except HostCapabilityError as exc:
+        ctx.log(f"query encoder: not measured on {isa}: {exc.problem}")
+        return {"measured": False, "reason": f"not measured: {exc.problem}"}, None, None, 0.0
+    except GateError as exc:
+        return {"measured": True, "passed": False, "failures": [exc.problem]}, None, None, 0.0
+    return embeddings, run, process.label or et_runner.command(isa)[1], time.monotonic() - started
+
+
+def one_per_length(ids_needed: list[list[int]]) -> list[tuple[int, ...]]:
+    """The token sequences the emulated check runs: of the distinct ones in `ids_needed`, one of each
+    length (the first in sorted order). An encoder .pte's kernels differ by the sequence's length
+    alone: XNNPACK picks its GEMM tiles, attention shapes and remainders by the token count, and a
+    token id only selects a row of the embedding table (the same gather for every id). So these run
+    every kernel path on the phone's CPU that the whole list runs, the shortest ([CLS] [SEP]) and
+    the longest (256 tokens) included, in a quarter of the emulated time (docs/speed.md)."""
+    by_length: dict[int, tuple[int, ...]] = {}
+    for ids in sorted({tuple(int(i) for i in ids) for ids in ids_needed}):
+        by_length.setdefault(len(ids), ids)
+    return sorted(by_length.values())
 
 
 def arm64_embeddings(ctx: BuildContext, path: Path, isa: str, process, ids_needed: list[list[int]],
@@ -74,9 +99,11 @@ def arm64_embeddings(ctx: BuildContext, path: Path, isa: str, process, ids_neede
     def run(folder: Path) -> dict:
         started = time.monotonic()
         rows = []
+        counter = ctx.counter(f"query encoder on {et_runner.CPUS[isa][0]}, emulated: token sequences", len(unique))
         for ids in unique:
             array = np.asarray([ids] if batch_dim else ids, dtype=np.int64)
             rows.append(process.request(path, "forward", [array])[0][0].reshape(-1).astype(np.float32))
+            counter.advance()
         np.save(folder / "embeddings.npy", np.stack(rows), allow_pickle=False)
         ran["seconds"] = round(time.monotonic() - started, 1)
         return {"sequences": len(unique), "seconds": ran["seconds"]}
@@ -93,4 +120,5 @@ def arm64_embeddings(ctx: BuildContext, path: Path, isa: str, process, ids_neede
     how = (f"{len(unique)} distinct token sequences run ({ran['seconds']} s)" if ran else
            f"outputs of an identical earlier run reused ({len(unique)} sequences, {record['seconds']} s when run): "
            "same .pte bytes, token ids, runner, emulator and CPU model")
-    return dict(zip(unique, table)), {"outputs": how, "reused": not ran}
+    return dict(zip(unique, table)), {"outputs": how, "reused": not ran, "sequences": len(unique),
+                                      "token_lengths": sorted({len(ids) for ids in unique})}
