@@ -103,3 +103,19 @@ def install_fix(extra: str | None) -> str:
     if CHECKOUT:
         return f".venv/bin/pip install -e '.[{extra}]' -c constraints.txt (or bash scripts/setup.sh)"
     return f"pip install 'arrcoc-edge[{extra}]'"
+
+
+def check_torch_loadable() -> None:
+    """InputError when torch cannot be imported here: in a deleted working folder its MKL exits the
+    process from C ("Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so"), before any line of
+    ours, however absolute every path is. Called before the first torch import of a task."""
+    import os
+    import sys
+
+    if "torch" in sys.modules:
+        return
+    try:
+        os.getcwd()
+    except OSError:
+        raise InputError("the working folder no longer exists (it was deleted after the shell entered it), and "
+                         "torch cannot load there", "cd into an existing folder and run the command again") from None

@@ -93,6 +93,9 @@ def _load(path: Path | bytes):
     """path: a .ptl file, or its checked bytes (read from memory, never re-opened)."""
     import io
 
+    from arrcoc_edge.errors import check_torch_loadable
+
+    check_torch_loadable()
     from torch.jit.mobile import _load_for_lite_interpreter
 
     with _quiet():

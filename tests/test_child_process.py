@@ -120,12 +120,25 @@ def test_build_from_a_deleted_working_folder_is_one_typed_line(tmp_path):
     line = subprocess.run(["bash", "-c", f'cd {gone} && rmdir {gone} && exec "$@"', "-", sys.executable, str(script),
                            "onnx", str(tmp_path / "o")], capture_output=True, text=True, timeout=300).stdout
     assert line.strip().startswith("typed InputError the working folder no longer exists"), line
+    for task in (["build", "--target", "onnx", "--out", str(tmp_path / "o")], ["train", "--steps", "1", "--out",
+                 str(tmp_path / "t.safetensors")], ["bench", "--out", str(tmp_path / "o")]):
+        gone.mkdir()
+        proc = subprocess.run(["bash", "-c", f'cd {gone} && rmdir {gone} && exec "$@"', "-", sys.executable, "-m",
+                               "arrcoc_edge", *task], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "MKL" not in proc.stderr + proc.stdout, (task, proc.stderr[-500:])
+        assert "working folder no longer exists" in proc.stderr + proc.stdout, task
+
+
+def test_torch_is_never_imported_in_a_deleted_working_folder(tmp_path):
+    """predict and verify load the ExecuTorch and Lite Interpreter runtimes (torch) after their paths
+    are checked: errors.check_torch_loadable is the one line before MKL's exit from C."""
+    gone = tmp_path / "gone"
     gone.mkdir()
-    proc = subprocess.run(["bash", "-c", f'cd {gone} && rmdir {gone} && exec "$@"', "-", sys.executable, "-m",
-                           "arrcoc_edge", "build", "--target", "onnx", "--out", str(tmp_path / "o")],
+    code = ("from arrcoc_edge.errors import InputError\nfrom arrcoc_edge.targets.executorch.runtime import _program\n"
+            "try:\n    _program(b'x')\nexcept InputError as e:\n    print('typed', e.problem)\n")
+    proc = subprocess.run(["bash", "-c", f'cd {gone} && rmdir {gone} && exec "$@"', "-", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "MKL" not in proc.stderr + proc.stdout
-    assert "working folder no longer exists" in proc.stderr + proc.stdout
+    assert proc.stdout.startswith("typed the working folder no longer exists"), proc.stdout + proc.stderr[-500:]
 
 
 def test_path_arguments_of_every_type():

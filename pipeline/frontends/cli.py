@@ -73,8 +73,9 @@ def print_reasons(result) -> None:
             print(f"  {stage.target.name}: {stage.status}: {stage.reason}")
 
 
-# The tasks that import torch: its MKL cannot load in a deleted working folder, even by absolute paths.
-TORCH_TASKS = ("build", "train", "merge")
+# The tasks that import torch: its MKL cannot load in a deleted working folder, even by absolute paths
+# (predict and verify check before they load a runtime that imports it: errors.check_torch_loadable).
+TORCH_TASKS = ("build", "train", "merge", "bench")
 
 
 def guarded(task, verbose: bool, name: str = "task") -> int:

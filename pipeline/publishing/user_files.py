@@ -118,7 +118,7 @@ def _keep_identity(fd: int, before, option: str, target: Path) -> None:
             if before.st_uid != os.geteuid():
                 raise OutputDirError(f"--{option} {target} belongs to user {before.st_uid}: replacing it would "
                                      "make it yours", f"remove it first, or pass --{option} with another name") from None
-    os.fchmod(fd, stat.S_IMODE(before.st_mode))
+    os.fchmod(fd, stat.S_IMODE(before.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))  # as a write by another drops them
 
 
 def temp_pattern(name: str) -> re.Pattern:

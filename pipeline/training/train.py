@@ -354,13 +354,12 @@ def write_checkpoint(model: RelevanceModel, out: Path, provenance: dict) -> None
     compact JSON, padded with spaces to 8 bytes as safetensors does; tensor offsets are
     relative to the end of the header, so the data is untouched.
     """
-    import tempfile
-
+    from arrcoc_edge import scratch
     from arrcoc_edge.publishing.user_files import write_user_file
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="arrcoc-train-") as scratch:  # a folder of our own
-        tmp = Path(scratch) / "checkpoint.safetensors"
+    with scratch.folder("arrcoc-train-", family="arrcoc-") as own:  # ours; a killed run's is swept by the next
+        tmp = own / "checkpoint.safetensors"
         save_checkpoint(model, tmp, provenance)
         raw = tmp.read_bytes()
     size = struct.unpack("<Q", raw[:8])[0]

@@ -41,9 +41,11 @@ def _program(path: Path | bytes):
     """path: a .pte file, or its checked bytes. The runtime does NOT copy a buffer: it reads the
     caller's bytes for as long as the program lives, so pte_runner keeps them referenced (a runner
     whose bytes were collected segfaulted on its first call, measured)."""
-    from executorch.runtime import Runtime
-
+    from arrcoc_edge.errors import check_torch_loadable
     from arrcoc_edge.install import COMMAND
+
+    check_torch_loadable()
+    from executorch.runtime import Runtime
 
     try:
         return Runtime.get().load_program(path if isinstance(path, bytes) else str(path))
