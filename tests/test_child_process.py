@@ -152,6 +152,16 @@ def test_path_arguments_of_every_type():
         _path_argument(42)
 
 
+def test_load_takes_a_bytes_path(tmp_path):
+    """load(b"/path") raised TypeError from inside the path check; now the path is read as the
+    file system would (a missing folder is the usual typed line)."""
+    import arrcoc_edge
+
+    with pytest.raises(InputError) as info:
+        arrcoc_edge.load(os.fsencode(tmp_path / "nothing-here"))
+    assert "nothing-here" in info.value.problem
+
+
 @pytest.mark.parametrize("exe", ["", "/usr/bin/true", "/nonexistent/python3"])
 def test_an_embedding_programs_sys_executable_still_finds_this_python(exe, monkeypatch):
     monkeypatch.setattr(sys, "executable", exe)

@@ -203,7 +203,9 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     if runtime is not None and not isinstance(runtime, str):
         raise InputError(f"runtime={runtime!r} is not a name", "pass runtime='onnx' (or None for the fastest)")
     check_threads(threads)
-    root = output_path(os.fspath(folder), release_ok=True)  # only read: a kept release too
+    if folder is None:
+        raise InputError("load() needs the published folder", "pass load('artifacts') (or its path)")
+    root = output_path(_path_argument(folder), release_ok=True)  # only read: a kept release too
     _check_exists(root)
     base = pinned(root)  # one generation: a build publishing meanwhile changes nothing read here
     manifest = read_manifest(base)
