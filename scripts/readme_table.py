@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,15 @@ def table_lines(log: str) -> list[str]:
     return [line.rstrip() for line in lines[start:end] if line.strip()]
 
 
+def total_time(log: str) -> str:
+    """The build's own last line, "10 target(s) in 612.3s (fresh export); ...", as minutes and seconds."""
+    found = re.search(r"^\d+ target\(s\) in ([\d.]+)s \(([^)]*)\)", log, re.M)
+    if not found:
+        raise SystemExit("no 'N target(s) in T s' line in the log: pass the whole output of the build")
+    minutes, seconds = divmod(round(float(found.group(1))), 60)
+    return f"{minutes} min {seconds} s" + (f" ({found.group(2)})" if found.group(2) else "")
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -43,7 +53,8 @@ def cpu_model() -> str:
 def block(log: str) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     source = (f"Printed by `invoke build --target all` on commit {commit}, {cpu_model()} ({os.cpu_count()} cores), "
-              f"{datetime.date.today().isoformat()}.")
+              f"{datetime.date.today().isoformat()}; the whole command took {total_time(log)} there (the build's "
+              "last line).")
     return "\n".join([BEGIN, source, "", "```", *table_lines(log), "```", END])
 
 

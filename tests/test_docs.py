@@ -208,3 +208,14 @@ def test_the_presets_in_training_md_are_the_page_s():
     section = section[:section.index("\n\n", section.index("| preset |"))]
     rows = [row.split("|")[1].strip().strip("*") for row in section.splitlines() if row.startswith("| ")][1:]
     assert rows == list(PRESET_QUERIES)
+
+
+def test_arr_coc_is_expanded_one_way():
+    """The README said "adaptive relevance realization", the glossary "Adaptive Relevance Realization
+    - Contexts Optical Compression" (arr-coc-0-1's own): every page that expands it says the latter."""
+    expansion = "Adaptive Relevance Realization - Contexts Optical Compression"
+    assert expansion in GLOSSARY.read_text(encoding="utf-8")
+    found = [f"{page.relative_to(REPO)}:{n}" for page in USER_PAGES for n, line in _prose_lines(page)
+             if re.search(r"adaptive relevance", line, re.I) and expansion not in line]
+    assert not found, f"another expansion of ARR-COC: {found}"
+    assert expansion in (REPO / "README.md").read_text(encoding="utf-8")
