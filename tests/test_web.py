@@ -869,3 +869,73 @@ def test_a_click_while_running_says_busy(page):
     assert "Busy" in pg.message() and pg.p.get_attribute("#message", "data-kind") == "info"
     pg.p.wait_for_selector("#selfcheck-result[data-status]", timeout=60_000)
     pg.wait_result_change(lambda: pg.p.click("#run"))  # afterwards a click runs again
+
+
+# ------------------------------------------------------------------ what a newcomer reads on the page
+
+
+def test_the_selfcheck_verdict_is_in_the_status_line_and_in_sight_at_390_px(browser, site):
+    """The PASS sat in the table's last column, clipped at 390 px, while the status line said "done"."""
+    pg = Page(browser, site, viewport={"width": 390, "height": 900})
+    try:
+        pg.open()
+        pg.p.click("#selfcheck")
+        pg.p.wait_for_selector("#status[data-verdict]", timeout=60_000)
+        status = pg.p.text_content("#status")
+        assert status.startswith("self-check: PASS") and pg.p.get_attribute("#status", "data-verdict") == "pass", status
+        box = pg.p.locator("#selfcheck-result td[data-status=pass]").first.bounding_box()
+        assert box and box["x"] + box["width"] <= 390, box  # in sight without scrolling the table
+        SHOTS.mkdir(exist_ok=True)
+        pg.p.locator("#selfcheck-result").screenshot(path=str(SHOTS / "web-selfcheck-390px.png"))
+    finally:
+        pg.p.close()
+    assert pg.errors == []
+
+
+def test_the_dropdown_shows_a_typed_query_until_a_preset_is_picked(page, text_config):
+    pg = page.open()
+    pg.p.fill("#text", "the top left")
+    pg.wait_result_change(lambda: pg.p.click("#text-run"))
+    assert pg.p.evaluate("document.getElementById('query').selectedOptions[0].textContent") == "typed: the top left"
+    assert pg.p.evaluate("window.arrcoc.last().query.label") == "the top left"
+    pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
+    assert pg.p.locator("#query option[value=typed]").count() == 0
+    assert pg.p.evaluate("window.arrcoc.last().query.kind") == "preset"
+
+
+def test_an_error_clears_the_previous_answer_and_says_so_in_the_status_line(page, text_config):
+    """An error banner left the previous answer on screen under a blank status."""
+    pg = page.open()
+    assert heat_pixels(pg) > 0 and pg.p.text_content("#w0v") != "–"
+    pg.p.fill("#text", "   ")
+    pg.p.click("#text-run")
+    assert "empty" in pg.message()
+    assert heat_pixels(pg) == 0 and pg.p.locator("#topk li").count() == 0
+    assert pg.p.text_content("#w0v") == "–" and pg.p.text_content("#answer") == "–"
+    assert pg.p.text_content("#status") == "no answer: see the message above"
+
+
+def test_a_query_outside_the_vocabulary_gets_the_command_line_s_warning(page, text_config):
+    """A Japanese query got no English-only warning in the page; `predict` gives one."""
+    from arrcoc_edge.frontends import queries
+
+    assert f"unknownShare: {queries.UNKNOWN_SHARE}" in (REPO / "web" / "app.js").read_text()
+    pg = page.open()
+    pg.p.fill("#text", "赤いもの")
+    pg.wait_result_change(lambda: pg.p.click("#text-run"))
+    said = pg.message()
+    assert "mostly outside the query encoder's English vocabulary" in said and "Ask in English" in said, said
+    assert pg.p.get_attribute("#message", "data-kind") == "info" and heat_pixels(pg) > 0  # the answer stays
+    pg.p.fill("#text", "something red")
+    pg.wait_result_change(lambda: pg.p.click("#text-run"))
+    assert pg.p.is_hidden("#message")
+
+
+def test_the_weights_and_outlines_are_explained_and_the_encoder_has_a_plain_name(page):
+    pg = page.open()
+    for name in ("information", "perspectival", "participatory"):
+        assert name in pg.p.get_attribute(f".bar:has-text('{name}')", "title")
+    assert "add up to 1" in pg.p.text_content(".result")
+    assert "top-K cells the model selects" in pg.p.text_content(".legend")
+    encoder = pg.p.text_content("#encoder")
+    assert "PyPI" not in encoder and "sentence-transformers/" not in encoder and "English" in encoder, encoder

@@ -29,7 +29,7 @@ function showMessage(text, kind = 'error') {
   box.hidden = false;
 }
 function clearMessage() { $('message').hidden = true; $('message').textContent = ''; }
-function setStatus(text) { $('status').textContent = text; }
+function setStatus(text) { $('status').textContent = text; delete $('status').dataset.verdict; }
 function setState(s) { document.body.dataset.state = s; }
 // A typed query is echoed in full only when short: a pasted page of text would stretch the page.
 const SHOWN_QUERY = 80;
@@ -489,13 +489,28 @@ async function guarded(fn) {
     clearMessage();
     return await fn();
   } catch (e) {
-    setStatus('');
+    clearAnswer();
+    setStatus('no answer: see the message above');
     if (e instanceof UserError) showMessage(e.message);
     else { showMessage(`Something went wrong: ${e.message || e}`); console.warn(e); }
     return null;
   } finally {
     state.busy = false;
   }
+}
+
+// After an error the previous answer would read as the answer to what just failed: take it off the
+// page (the photo stays; window.arrcoc.last() keeps the last run for the tests).
+function clearAnswer() {
+  const heat = $('heat');
+  heat.getContext('2d').clearRect(0, 0, heat.width, heat.height);
+  delete heat.dataset.drawn;
+  ['w0', 'w1', 'w2'].forEach((id) => { $(id).style.width = '0'; $(`${id}v`).textContent = '–'; });
+  for (const id of ['latency', 'ran-model', 'ran-query', 'encoder', 'answer']) $(id).textContent = '–';
+  $('answer').dataset.standsOut = '';
+  $('topk').replaceChildren();
+  $('topk-note').textContent = '';
+  delete $('status').dataset.verdict;
 }
 
 // The typed query: tokenized and embedded in the page, then run like a preset on the current photo.
@@ -509,7 +524,48 @@ async function runText(text) {
   const { embeddings, ids, ms, tokenizeMs, encodeMs } = await embedTexts([text]);
   state.query = { kind: 'text', label: text, embedding: embeddings, encoderMs: ms[0], tokenizeMs: tokenizeMs[0],
                   encodeMs: encodeMs[0], tokens: ids[0].length };
-  return runCurrent();
+  const res = await runCurrent();
+  showTypedInDropdown(text);
+  const warning = vocabularyWarning(await textTokenizer(), text);
+  if (warning) showMessage(warning, 'info');
+  return res;
+}
+
+// ---------- what was asked: the dropdown names a typed query while it is the one answered ----------
+const TYPED = 'typed';
+function showTypedInDropdown(text) {
+  const select = $('query');
+  let option = select.querySelector(`option[value="${TYPED}"]`);
+  if (!option) {
+    option = new Option('', TYPED);
+    option.disabled = true;  // shown, not chosen: picking a preset leaves the typed query
+    select.prepend(option);
+  }
+  option.textContent = `typed: ${shorten(text)}`;
+  option.title = text;
+  select.value = TYPED;
+}
+function forgetTypedInDropdown() {
+  const option = $('query').querySelector(`option[value="${TYPED}"]`);
+  if (option) option.remove();
+}
+
+// ---------- the English-only warning, as `predict` gives it (pipeline/frontends/queries.py) ----------
+// A WordPiece piece the vocabulary lacks is [UNK], or a lone non-ASCII character (MiniLM keeps single
+// kana, CJK and other characters as pieces of their own, learned from almost no English text).
+// UNKNOWN_SHARE is queries.UNKNOWN_SHARE (tests/test_web.py holds them equal).
+const VOCABULARY = { unknownShare: 0.5, encoder: 'all-MiniLM-L6-v2' };
+function vocabularyWarning(tokenizer, text) {
+  if (textConfig().kind === 'qwen-token-mean') return null;  // byte-level pieces: none is unknown
+  const pieces = tokenizer.tokenize(text, { add_special_tokens: false });
+  const unknown = pieces.filter((piece) => {
+    const bare = piece.startsWith('##') ? piece.slice(2) : piece;
+    return piece === '[UNK]' || ([...bare].length === 1 && /[^\x00-\x7F]/.test(bare));
+  }).length;
+  if (!pieces.length || unknown / pieces.length <= VOCABULARY.unknownShare) return null;
+  return `The query "${shorten(text)}" is mostly outside the query encoder's English vocabulary (${unknown} of ` +
+    `${pieces.length} pieces unknown to ${VOCABULARY.encoder}): its answer means little. Ask in English, ` +
+    'e.g. "something red" or "the top left".';
 }
 
 const openFile = (file) => guarded(async () => useBitmap(await decodeFile(file)));
@@ -598,21 +654,32 @@ const esc = (t) => String(t).replace(/[&<>"]/g, (ch) => ({ '&': '&amp;', '<': '&
 const fmt = (v) => (v < 1e-3 && v > 0 ? v.toExponential(1) : v.toFixed(4));
 
 function renderSelfCheck(rows, reference) {
+  // the verdict is the second column: on a 390 px phone the table scrolls, and PASS stays in sight
   const body = rows.map((r) => {
-    const samples = r.perSample.map((s) => `<tr class="sample" data-sample="${esc(s.name)}"><td></td>` +
+    const samples = r.perSample.map((s) => `<tr class="sample" data-sample="${esc(s.name)}"><td></td><td></td>` +
       `<td>${esc(s.name)} (${s.size[0]}×${s.size[1]})</td><td>${fmt(s.metrics.relevance_max_abs)}</td>` +
       `<td>${fmt(s.metrics.weights_max_abs)}</td><td>${s.metrics.topk_overlap_mean.toFixed(3)}</td>` +
       `<td>${s.ms.toFixed(1)} ms</td></tr>`).join('');
-    return `<tr><td>${r.model.toUpperCase()}</td><td>all ${r.samples}</td>` +
-      `<td>${fmt(r.metrics.relevance_max_abs)}</td><td>${fmt(r.metrics.weights_max_abs)}</td>` +
-      `<td>${r.metrics.topk_overlap_mean.toFixed(3)}</td>` +
-      `<td class="${r.passed ? 'pass' : 'fail'}" data-status="${r.passed ? 'pass' : 'fail'}">${r.passed ? 'PASS' : 'FAIL: ' + esc(r.failures.join('; '))}</td></tr>${samples}`;
+    return `<tr><td>${r.model.toUpperCase()}</td>` +
+      `<td class="${r.passed ? 'pass' : 'fail'}" data-status="${r.passed ? 'pass' : 'fail'}">${r.passed ? 'PASS' : 'FAIL: ' + esc(r.failures.join('; '))}</td>` +
+      `<td>all ${r.samples}</td><td>${fmt(r.metrics.relevance_max_abs)}</td><td>${fmt(r.metrics.weights_max_abs)}</td>` +
+      `<td>${r.metrics.topk_overlap_mean.toFixed(3)}</td><td></td></tr>${samples}`;
   }).join('');
   $('selfcheck-result').innerHTML = `<h2>Self-check vs ${esc(reference)}</h2>` +
     '<p class="hint">Each sample is one whole photo as the model takes it (uint8, its own size), run alone.</p>' +
-    '<table><tr><th>model</th><th>sample</th><th>relevance max err</th><th>weights max err</th><th>top-K overlap</th><th>gate / time</th></tr>' +
+    '<table><tr><th>model</th><th>gate</th><th>sample</th><th>relevance max err</th><th>weights max err</th><th>top-K overlap</th><th>time</th></tr>' +
     `${body}</table>${decodeGapHtml()}`;
   $('selfcheck-result').dataset.status = rows.every((r) => r.passed) ? 'pass' : 'fail';
+}
+
+// The self-check's verdict in the status line, where the eye is after the click (the table may
+// be below the fold or scrolled on a phone).
+function sayVerdict(rows) {
+  const passed = rows.every((r) => r.passed);
+  setStatus(`self-check: ${passed ? 'PASS' : 'FAIL'} (${rows.map((r) => `${r.model.toUpperCase()} ${r.passed ? 'passed' : 'failed'}`).join(', ')}; ` +
+            'the table is below the answer)');
+  $('status').dataset.verdict = passed ? 'pass' : 'fail';
+  return rows;
 }
 
 // Chromium's JPEG decoding vs PIL's, measured at build time (config.json decode_gap): the same
@@ -732,11 +799,11 @@ function wire() {
     if (!files || !files.length) { showMessage('Nothing to open: drop an image file.'); return; }
     openFile(files[0]);
   });
-  $('query').addEventListener('change', () => { state.query = null; return guarded(runCurrent); });
+  $('query').addEventListener('change', () => { state.query = null; forgetTypedInDropdown(); return guarded(runCurrent); });
   $('text-form').addEventListener('submit', (e) => { e.preventDefault(); guarded(() => runText($('text').value)); });
   $('model').addEventListener('change', () => guarded(runCurrent));
   $('run').addEventListener('click', () => guarded(runCurrent));
-  $('selfcheck').addEventListener('click', () => guarded(selfCheck));
+  $('selfcheck').addEventListener('click', () => guarded(async () => sayVerdict(await selfCheck())));
 }
 
 function populate() {

