@@ -219,3 +219,14 @@ def test_arr_coc_is_expanded_one_way():
              if re.search(r"adaptive relevance", line, re.I) and expansion not in line]
     assert not found, f"another expansion of ARR-COC: {found}"
     assert expansion in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_s_build_time_is_the_sum_of_its_table():
+    """The README gave no duration for its main command; the one it gives is computed from the
+    pasted table's time column (one stage after another), so a new table cannot leave it stale."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index("<!-- build table:"):readme.index("<!-- end of build table -->")]
+    total = round(sum(float(s) for s in re.findall(r"\s(\d+(?:\.\d+)?)s$", block, re.M)))
+    assert total > 0, "no times in the README's build table"
+    minutes, seconds = divmod(total, 60)
+    assert f"the time column adds up to {minutes} min {seconds} s" in " ".join(readme.split())
