@@ -817,7 +817,7 @@ function populate() {
     ? `Typed queries: tokenized and embedded here by ${c.text_encoder.name} (${(c.text_encoder.bytes / 1048576).toFixed(1)} MB ` +
       'with its tokenizer, loaded on first use).'
     : (c.text_note || 'Free-text queries are not available in this build: presets only.');
-  $('footer-note').textContent = `Preset query embeddings were computed at build time (${state.presets.encoder})` +
+  $('footer-note').textContent = `Preset query embeddings were computed at build time by ${state.presets.encoder}` +
     (c.text_encoder ? `; a typed query is tokenized and embedded in this page by ${c.text_encoder.name}.` : '.');
   c.samples.forEach((s) => {
     const b = document.createElement('button');
