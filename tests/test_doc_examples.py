@@ -2,7 +2,8 @@
 blocks run, in order and as one program, in tests/test_api.py::test_every_example_of_docs_python_md_runs).
 
 Each page's ```bash and ```python blocks run in order, in folders set up as a user's would be:
-`HOME/arrcoc-edge/` is a clone (a copy of the files git tracks, with this checkout's `.venv`), where
+`HOME/arrcoc-edge/` is a clone (the files git tracks, committed in a repository of its own, with this
+checkout's `.venv`), where
 `artifacts/` is a folder published by `.venv/bin/invoke build --target onnx,onnx-int8,text-encoder --out
 artifacts` (the conversions come from the session's cache; a page's `clean` removes it, so README
 runs before docs/cli.md), `photo.jpg` a real photo and `photos/` three photos; a block runs there.
@@ -88,6 +89,10 @@ def home(tmp_path_factory) -> Path:
         if (REPO / name).is_file():  # a file deleted in the work tree is not in the clone either
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, clone / name)
+    # a clone is a git checkout (`invoke package` releases its HEAD), committed before the user's own files
+    git = ["git", "-c", "user.email=user@example.com", "-c", "user.name=user", "-c", "core.hooksPath=/dev/null"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the clone"]):
+        subprocess.run([*git, *step], cwd=clone, capture_output=True, check=True)
     (clone / ".venv").symlink_to(REPO / ".venv")
     built = _run(clone, "bash", f".venv/bin/invoke build --target {BUILT} --out artifacts")
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
