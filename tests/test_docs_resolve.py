@@ -202,3 +202,18 @@ def test_dotted_names_are_read_under_the_import_name():
     names = [m.group(1) for m in DOTTED.finditer("see `arrcoc_edge.relevance.qwen_query.exact_query` and docs/targets.md")]
     assert names == ["arrcoc_edge.relevance.qwen_query.exact_query"]
     assert dotted_resolves(names[0]) and not dotted_resolves("arrcoc_edge.relevance.qwen_query.no_such_name")
+
+
+def test_a_users_own_files_in_the_checkout_are_not_read_as_paths(tmp_path):
+    """With a `photos/` folder in the checkout (docs/cli.md leads a user to make one), docs/speed.md's
+    `photos/s` (photos per second) was read as a path and failed: only tracked names count."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("x\n")
+    subprocess.run(["git", "add", "docs/a.md"], cwd=tmp_path, check=True)
+    for name in ("photos", "artifacts"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "q.npy").write_bytes(b"")
+    assert _tops(tmp_path) == {"docs"}
