@@ -296,7 +296,7 @@ def ios_build(shared_build) -> SharedBuild:
 # Every face of a reference checkpoint's typed-query path in one build: both apps, the web page and
 # the ONNX model with its token-mean encoder. web takes onnx-int8 along where its extra is installed;
 # on this small seeded model the QDQ overhead outweighs the tiny weights (83-100 KB against the
-# 35%-of-FP32 rule's 65 KB, measured), so that stage fails its gate and the build exits 3 with the
+# 40%-of-FP32 rule's 74 KB; 65 KB at 35%, measured), so that stage fails its gate and the build exits 3 with the
 # rest published: the one failure allowed.
 REFERENCE_TARGETS = "onnx,text-encoder,web,android,ios"
 REFERENCE_DIM = 64

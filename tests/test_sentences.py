@@ -248,7 +248,7 @@ def test_onnx_int8_passes_on_heldout_sentences(shared_build):
         assert sentences["topk_overlap_mean"] >= 0.98 and sentences["topk_overlap_min"] >= 0.95
         assert sentences["relevance_mean_abs"] <= 0.01
         assert parity["passed"]
-    assert entry["variants"]["int8"]["size"]["bytes"] <= 0.35 * fp32
+    assert entry["variants"]["int8"]["size"]["bytes"] <= 0.40 * fp32  # quantize.SIZE_RATIO
     assert "sentences" in manifest["golden"]["query_source"]
 
 

@@ -142,48 +142,58 @@ def int8_source(ctx: BuildContext) -> tuple[Path | None, str, dict]:
 
 
 def symmetric_int8(ctx: BuildContext, quant_info: dict) -> tuple[Path | None, str, dict]:
-    """Re-quantise with zero-point-0 activations: onnx-int8's chosen candidate first, then the
-    others, each measured on the calibration split (as onnx-int8 selects); the first that passes
-    the INT8 gate there is held to it on the held-out split in onnxruntime before any plan is built."""
+    """Re-quantise with zero-point-0 activations: every candidate, each measured on the calibration
+    split and chosen by onnx-int8's own rule (quantize.choose: the most faithful that passes the INT8
+    gate); the chosen one is held to the gate on the held-out split before any plan is built. Every
+    measurement is the QDQ graph evaluated in float (quantize.measure): what TensorRT's int8 engine
+    computes, where onnxruntime's CPU int8 kernels would answer differently on different hosts
+    (docs/targets.md), so the same commit builds the same plans on every host."""
     from arrcoc_edge.targets.onnx_int8 import quantize
 
-    chosen = quant_info["candidate"]
-    order = sorted(quantize.CANDIDATES, key=lambda c: c.name != chosen)  # stable: the rest keep their order
     split, _ = quantize.calibration_split(ctx)
     fp32, learned, gate = _upstream_model(ctx, "onnx"), quantize.learned_weight_names(ctx), LOSSY
-    def parity_failures(metrics: dict) -> list[str]:  # the whole split and each query kind alone
-        return gate.parity_failures(metrics) + [f"{kind}: {text}" for kind, m in metrics.get("subsets", {}).items()
-                                                 for text in gate.subset_failures(m)]
-
-    tried = {}
-    for candidate in order:
+    rows, paths = [], {}
+    for order, candidate in enumerate(quantize.CANDIDATES):
         dst = ctx.staging / f"model.int8-symmetric.{candidate.name}.onnx"
         quantize.quantize(fp32, dst, split, candidate, learned, a16=False, symmetric=True)
-        failures = parity_failures(quantize.measure(dst, split, gate.tie_tolerance))
-        tried[candidate.name] = failures or "passed"
-        ctx.log(f"[tensorrt] symmetric INT8 '{candidate.name}' on the calibration split: "
-                f"{', '.join(failures) if failures else 'passes'}")
-        if not failures:
-            break
-        dst.unlink()
-    else:
+        metrics = quantize.measure(dst, split, gate.tie_tolerance)
+        rows.append({"name": candidate.name, "order": order, "failures": parity_failures(gate, metrics),
+                     **{k: metrics[k] for k in ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "size_bytes")}})
+        paths[candidate.name] = dst
+        ctx.log(f"[tensorrt] symmetric INT8 '{candidate.name}' on the calibration split (QDQ in float): top-K "
+                f"{metrics['topk_overlap_mean']:.3f} (min {metrics['topk_overlap_min']:.3f}), rel mean "
+                f"{metrics['relevance_mean_abs']:.1e}{' -> ' + ', '.join(rows[-1]['failures']) if rows[-1]['failures'] else ''}")
+    chosen = quantize.choose(rows)
+    tried = {r["name"]: r["failures"] or "passed" for r in rows}
+    for name, path in paths.items():
+        if chosen is None or name != chosen["name"]:
+            path.unlink()
+    if chosen is None:
         return None, ("every symmetric INT8 candidate fails the INT8 gate on the calibration split: "
                       + "; ".join(f"{n}: {', '.join(f)}" for n, f in tried.items())), \
-            {"symmetric_requantised": {"candidate": None, "candidates_tried": tried, "passed_int8_gate": False}}
+            {"symmetric_requantised": {"candidate": None, "candidates_tried": tried, "passed_int8_gate": False,
+                                       "evaluated": quantize.EVALUATED}}
+    dst = paths[chosen["name"]]
     metrics = quantize.measure(dst, ctx.golden.heldout, gate.tie_tolerance)
-    failures = parity_failures(metrics)
-    ctx.log(f"[tensorrt] symmetric INT8 QDQ in onnxruntime (held-out): top-K {metrics['topk_overlap_mean']:.3f} "
-            f"(min {metrics['topk_overlap_min']:.3f}), rel mean {metrics['relevance_mean_abs']:.1e}")
+    failures = parity_failures(gate, metrics)
+    ctx.log(f"[tensorrt] symmetric INT8 '{chosen['name']}' on the held-out split (QDQ in float): top-K "
+            f"{metrics['topk_overlap_mean']:.3f} (min {metrics['topk_overlap_min']:.3f}), rel mean {metrics['relevance_mean_abs']:.1e}")
     info = {"symmetric_requantised": {
-        "candidate": candidate.name, "candidates_tried": tried, "calibration_sha256": split.sha256,
-        "passed_int8_gate": not failures,
-        "onnxruntime_heldout": {k: metrics[k] for k in ("topk_overlap_mean", "topk_overlap_min",
-                                                        "relevance_mean_abs", "relevance_max_abs")}}}
+        "candidate": chosen["name"], "candidates_tried": tried, "calibration_sha256": split.sha256,
+        "rule": quantize.CHOICE_RULE, "evaluated": quantize.EVALUATED, "passed_int8_gate": not failures,
+        "heldout_in_float": {k: metrics[k] for k in ("topk_overlap_mean", "topk_overlap_min",
+                                                     "relevance_mean_abs", "relevance_max_abs")}}}
     if failures:
-        return None, f"symmetric INT8 re-quantisation fails the INT8 gate in onnxruntime ({', '.join(failures)})", info
+        return None, f"symmetric INT8 re-quantisation fails the INT8 gate on the held-out split ({', '.join(failures)})", info
     final = dst.with_name("model.int8-symmetric.onnx")
     dst.replace(final)
     return final, "", info
+
+
+def parity_failures(gate: Gate, metrics: dict) -> list[str]:
+    """The gate's parity limits on the whole split and on each query kind alone."""
+    return gate.parity_failures(metrics) + [f"{kind}: {text}" for kind, m in metrics.get("subsets", {}).items()
+                                            for text in gate.subset_failures(m)]
 
 
 def first_nonzero_zero_point(path: Path) -> str | None:
