@@ -1,10 +1,12 @@
-"""ONNX FP32: the exported program as one .onnx file, checked in onnxruntime."""
+"""ONNX FP32: the exported program as one .onnx file, checked in onnxruntime here and on older x86.
+
+Older x86: the x86-64 levels below this host's, emulated (targets/shared/arm64.py)."""
 from __future__ import annotations
 
 from arrcoc_edge.stages.parity import LOSSLESS, Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
 
-from arrcoc_edge.targets.shared import onnx_common
+from arrcoc_edge.targets.shared import arm64, onnx_common
 
 
 def size_budget(ctx: BuildContext) -> int:
@@ -34,6 +36,11 @@ class OnnxTarget(Target):
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
         return onnx_common.ort_runner(variant.files[0])
+
+    def other_isas(self, ctx: BuildContext, variant: Variant) -> dict:
+        # PCs run this file on whatever x86 level they have (the phones take the .ort of onnx-int8,
+        # checked on arm64 there): onnxruntime's FP32 kernels differ by SSE, AVX2 and AVX-512
+        return arm64.other_isas(ctx, variant.files[0], arm64.X86_LEVELS)
 
     def published_runner(self, out, entry: dict, variant: str, threads: int | None = None,
                          model: bytes | None = None) -> Runner:

@@ -1,5 +1,6 @@
-"""The phones' arm64 kernels (issue 41, part 5): onnx-int8's three variants run on onnxruntime's
-aarch64 wheel under qemu-user and are held to the same gate; the manifest and the report record
+"""Kernels of CPUs this host is not: onnx-int8's three variants run on onnxruntime's aarch64 wheel
+under qemu-aarch64 (the phones) and on this checkout's onnxruntime under qemu-x86_64 -cpu Haswell
+and Nehalem (the x86-64 levels PCs run), held to the same gate; the manifest and the report record
 parity per instruction set; emulation that is not there is "not measured", never a failed build."""
 from __future__ import annotations
 
@@ -43,11 +44,11 @@ def _variants(out: Path) -> dict:
 
 
 def test_manifest_records_parity_per_isa(int8_out, golden):
-    from arrcoc_edge.targets.shared.arm64 import CPUS
+    from arrcoc_edge.targets.shared.arm64 import CPUS, X86_LEVELS, machine
 
     variants = _variants(int8_out)
     assert set(variants) >= {"fp32-ort", "int8-ort"} and len(variants) == 3
-    assert ISA in CPUS and len(CPUS) == 2
+    assert ISA in CPUS and len(CPUS) == 4 and len(X86_LEVELS) == 2
     for name, v in variants.items():
         by_isa = v["parity"]["by_isa"]
         assert set(by_isa) == {"x86_64", *CPUS}, name
@@ -65,10 +66,13 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
             gate = v["parity"]["gate"]
             assert all(arm["metrics"][m] <= limit for m, limit in gate["max"].items() if m != "size_bytes")
             assert all(arm["metrics"][m] >= limit for m, limit in gate["min"].items())
-            facts = arm["facts"]
-            assert facts["machine"] == "aarch64" and facts["onnxruntime"] == "1.31.1"
-            assert f"on aarch64 under qemu-aarch64 version 10." in arm["runtime"] and arm["runtime"].endswith(f"-cpu {cpu}")
+            facts, arch = arm["facts"], machine(isa)
+            assert facts["machine"] == arch and facts["onnxruntime"] == "1.31.1"
+            assert f"on {arch} under qemu-{arch} version 10." in arm["runtime"] and arm["runtime"].endswith(f"-cpu {cpu}")
             assert facts["calls"] == len(golden.heldout.runs(8)) and facts["ms_per_call_median"] > 0
+            if arch == "x86_64":  # qemu-user shows the host's /proc/cpuinfo; the table names the model
+                assert facts["cpu"] == CPUS[isa][1]
+                continue
             # the kernels' CPU as onnxruntime saw it: dot product on both, i8mm only on qemu's max
             features = facts["cpu_features"].split()
             assert "asimddp" in features and ("i8mm" in features) == (cpu == "max")
@@ -83,13 +87,13 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
     # what the x86-only rewrite leaves exact: on each ARM CPU (emulated, so the same on every build
     # host) the quantised .onnx computes what its .ort computes, sample for sample
     onnx_name = next(n for n in variants if n != "fp32-ort" and not n.endswith("-ort"))
-    for isa in CPUS:
+    for isa in [isa for isa in CPUS if machine(isa) == "aarch64"]:
         got, ort = (variants[n]["parity"]["by_isa"][isa]["metrics"] for n in (onnx_name, f"{onnx_name}-ort"))
         assert got["topk_overlap_min"] == ort["topk_overlap_min"] and got["topk_overlap_mean"] == ort["topk_overlap_mean"]
         assert abs(got["relevance_max_abs"] - ort["relevance_max_abs"]) <= 1e-6, (isa, got, ort)
     # the build's table says it too, in its parity column
     table = [line for line in BUILD_STDOUT[0].splitlines() if line.startswith("onnx-int8 ")]
-    assert len(table) == 3 and all("; emulated ISAs: 2 of 2 passed" in line for line in table), table
+    assert len(table) == 3 and all("; emulated ISAs: 4 of 4 passed" in line for line in table), table
     report = (int8_out / "REPORT.md").read_text()
     assert "## Parity per instruction set" in report
     for name in variants:
@@ -97,6 +101,23 @@ def test_manifest_records_parity_per_isa(int8_out, golden):
             assert f"| onnx-int8 | {name} | {isa} | passed |" in report
     page = (int8_out / "report.html").read_text()
     assert page.count(f"data-isa='{ISA}'") == 3 and page.count("data-isa='aarch64 dot product") == 3
+    assert all(page.count(f"data-isa='{isa}'") == 3 for isa in X86_LEVELS)
+
+
+def test_onnx_fp32_records_the_x86_levels(int8_out, golden):
+    """The FP32 .onnx (what PCs run; phones take the .ort) on this host and on the two emulated x86
+    levels below it, each held to its lossless gate, and its row of the build table says so."""
+    from arrcoc_edge.targets.shared.arm64 import X86_LEVELS
+
+    v = json.loads((int8_out / "manifest.json").read_text())["targets"]["onnx"]["variants"]["fp32"]
+    by_isa = v["parity"]["by_isa"]
+    assert set(by_isa) == {"x86_64", *X86_LEVELS}
+    for isa in X86_LEVELS:
+        rec = by_isa[isa]
+        assert rec["measured"] and rec["passed"] and rec["metrics"]["samples"] == len(golden.heldout), (isa, rec)
+        assert rec["vs_host"]["topk_overlap_min"] == 1.0 and rec["vs_host"]["relevance_max_abs"] < 1e-4, rec["vs_host"]
+    row = next(line for line in BUILD_STDOUT[0].splitlines() if line.startswith("onnx ") and " fp32 " in line)
+    assert "; emulated ISAs: 2 of 2 passed" in row, row
 
 
 def test_arm64_runner_matches_x86_on_published_fp32_ort(int8_out, golden):
@@ -231,7 +252,7 @@ def test_one_emulated_process_serves_a_stage_and_a_failure_or_overrun_costs_only
         shared = [arm64.arm64_runner(f, emulator=emulator) for f in files]
         got = [r.run_many(batches)[0] for r in shared]
         first = emulator.proc.pid
-        with pytest.raises(GateError, match="broken.onnx failed on arm64 kernels .* while loading"):
+        with pytest.raises(GateError, match="broken.onnx failed on aarch64 .*kernels while loading"):
             arm64.arm64_runner(broken, emulator=emulator).run_many(batches)
         with pytest.raises(HostCapabilityError, match="did not finish in 0.01 s"):
             arm64.arm64_runner(files[0], timeout=0.01, emulator=emulator).run_many(batches)

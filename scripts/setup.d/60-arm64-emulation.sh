@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# An arm64 onnxruntime run under qemu-user, so the phones' ORT files are checked on ARM kernels
-# (targets/shared/arm64.py; docs/targets.md, "arm64"). No system change: everything is fetched with
+# An arm64 onnxruntime run under qemu-user, so the phones' ORT files are checked on ARM kernels, and
+# the x86-64 emulator, so every .onnx/.ort/.pte is checked on the x86 levels below the host's
+# (targets/shared/arm64.py; docs/targets.md, "Emulated CPUs"). No system change: everything is fetched with
 # a private apt configuration (own sources.list, lists, cache, status) and unpacked with dpkg -x:
-#  - qemu-aarch64 from Debian trixie's qemu-user (QEMU 10, static): bookworm's QEMU 7.2 segfaults
-#    inside `import onnxruntime` (it does not emulate the CPU-information files cpuinfo reads);
+#  - qemu-aarch64 and qemu-x86_64 from Debian trixie's qemu-user (QEMU 10, static): bookworm's QEMU 7.2
+#    segfaults inside `import onnxruntime` (it does not emulate the CPU-information files cpuinfo reads);
 #  - bookworm's arm64 python3.11 and the libraries it and onnxruntime load, as a sysroot for -L;
 #  - the registry's aarch64 wheels of onnxruntime and numpy (and their dependencies), at the
 #    versions constraints.txt pins, installed with --target into site/.
@@ -28,7 +29,11 @@ pins=$(grep -E '^(onnxruntime|numpy)==' constraints.txt | sort | tr '\n' ' ')
 # RECIPE: bump it when what this script fetches changes, so a root made by the old recipe is made again
 RECIPE=2
 want="recipe $RECIPE; wheels: ${pins% }"
-if is_ready "$marker" "$want"; then
+# the x86-64 emulator came later: a root made without it is made again (its own marker line, so a
+# checkout from before still finds the first line and leaves the root alone)
+emulators="emulators: qemu-aarch64 qemu-x86_64"
+ready() { is_ready "$marker" "$want" && is_ready "$marker" "$emulators"; }
+if ready; then
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -37,7 +42,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 lock_beside "$root"
-if is_ready "$marker" "$want"; then
+if ready; then
     exit 0
 fi
 # a folder at that path without our marker is not ours: never replaced
@@ -71,10 +76,10 @@ fetch() {  # fetch NAME ARCH "SOURCES LINES" PACKAGE...: download the packages i
     (cd "$new/$name/deb" && apt-get -qq "${opts[@]}" download "$@")
 }
 
-# qemu-aarch64 alone out of trixie's qemu-user (the package holds every target's emulator)
+# qemu-aarch64 and qemu-x86_64 out of trixie's qemu-user (the package holds every target's emulator)
 fetch qemu amd64 "deb [signed-by=$key] $mirror trixie main" qemu-user
 dpkg-deb -x "$new"/qemu/deb/qemu-user_*.deb "$new/qemu/x"
-cp "$new/qemu/x/usr/bin/qemu-aarch64" "$new/qemu-aarch64"
+cp "$new/qemu/x/usr/bin/qemu-aarch64" "$new/qemu/x/usr/bin/qemu-x86_64" "$new/"
 qemu_version=$("$new/qemu-aarch64" --version | head -1)
 
 # python3.11 and what it and onnxruntime's native libraries load (libstdc++6 for onnxruntime)
@@ -111,7 +116,8 @@ case "$check" in
     *) echo "setup: the arm64 onnxruntime does not start under $qemu_version (got: '$check'); see docs/targets.md (arm64)" >&2; exit 1 ;;
 esac
 read -r machine ort_version py_version <<<"$check"
-printf '%s\n%s\n%s\n' "$want" "$qemu_version" "python $py_version ($machine), onnxruntime $ort_version" >"$new/.arrcoc-arm64-ready"
+printf '%s\n%s\n%s\n%s\n' "$want" "$qemu_version" "python $py_version ($machine), onnxruntime $ort_version" "$emulators" \
+    >"$new/.arrcoc-arm64-ready"
 chmod 755 "$new"   # mktemp made it 0700: other users of this host may run it, none may write it
 if [ -e "$root" ]; then   # made by this script for older pins (checked above): replaced whole
     rm -rf --one-file-system "$root"

@@ -253,12 +253,11 @@ class ExecutorchTarget(Target):
     def other_isas(self, ctx: BuildContext, variant: Variant) -> dict:
         # the phone runs the .pte on XNNPACK's ARM kernels: the same gate there, through the C++ runner
         # (the runtime's C++ API) under qemu-user, one emulated process per CPU model for the stage
-        if arm64.host_runs_arm64():
-            return {}
+        # (and PCs run it on whatever x86 level they have: the x86-64 levels, the same way)
         side = ctx.config.image_size if SQUARE_METHOD in variant.info.get("methods", {}) else None
         process = lambda isa: ctx.kept(f"et-runner {isa}", lambda: et_runner.RunnerProcess(isa))  # noqa: E731
         return {isa: (lambda isa=isa: cpp_runner(variant.files[0], variant.info["max_batch"], side, process(isa), isa))
-                for isa in et_runner.CPUS}
+                for isa in arm64.emulated(et_runner.CPUS)}
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
                          model: bytes | None = None) -> Runner:

@@ -12,7 +12,8 @@ held-out split is what the core verifies every variant on, in onnxruntime.
 
 Variants: int8 (primary; a16w8 when INT8 cannot pass), fp32-ort and int8-ort (ORT format for
 ONNX Runtime Mobile, with required_operators.config), each verified in onnxruntime on this host's
-kernels and, where this host can emulate it, on arm64's (other_isas: targets/shared/arm64.py).
+kernels and, where this host can emulate them, on arm64's and on the x86-64 levels below its own
+(other_isas: targets/shared/arm64.py).
 """
 from __future__ import annotations
 
@@ -131,14 +132,10 @@ class OnnxInt8Target(Target):
         return onnx_common.ort_runner(variant.files[0])
 
     def other_isas(self, ctx: BuildContext, variant: Variant) -> dict:
-        # every variant is what a phone runs (the .ort files through ORT Mobile, the INT8 .onnx
-        # through onnxruntime or the page): its gate also holds on onnxruntime's arm64 kernels
-        if arm64.host_runs_arm64():
-            return {}  # this host's own run already is arm64's
-        # one emulated process per CPU model serves all of the stage's variants (start-up is most of the time)
-        emulator = lambda isa: ctx.kept(f"arm64 {isa}", lambda: arm64.Emulator(isa))  # noqa: E731
-        return {isa: (lambda isa=isa: arm64.arm64_runner(variant.files[0], isa=isa, emulator=emulator(isa)))
-                for isa in arm64.CPUS}
+        # every variant is what a phone or a PC runs (the .ort files through ORT Mobile, the INT8 .onnx
+        # through onnxruntime or the page): its gate also holds on onnxruntime's arm64 kernels and on
+        # the x86 levels below this host's (arm64.CPUS, emulated)
+        return arm64.other_isas(ctx, variant.files[0])
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,
                          model: bytes | None = None) -> Runner:

@@ -1,4 +1,8 @@
-"""ONNX and ORT models on the phones' arm64 kernels, here: onnxruntime's aarch64 wheel under qemu-user.
+"""ONNX and ORT models on emulated CPUs: the phones' arm64 and the x86-64 levels users' PCs run.
+
+The phones' arm64: onnxruntime's aarch64 wheel under qemu-aarch64. The x86-64 levels below the
+host's: this checkout's own Python and onnxruntime under qemu-x86_64 -cpu Nehalem / Haswell. One
+table of CPU models (CPUS) for both.
 
 The emulation root is made by scripts/setup.d/60-arm64-emulation.sh (trixie's qemu-aarch64, a
 bookworm arm64 python3.11 sysroot, the registry's aarch64 onnxruntime and numpy at the pinned
@@ -21,6 +25,8 @@ import platform
 import select
 import statistics
 import subprocess
+import sys
+import sysconfig
 import time
 import zipfile
 from pathlib import Path
@@ -33,13 +39,20 @@ from arrcoc_edge.stages.target import Runner
 from arrcoc_edge.targets.shared.trusted_tree import check_tree
 
 ISA = "aarch64 (emulated)"
+X86_V3, X86_V2 = "x86-64-v3 (emulated Haswell)", "x86-64-v2 (emulated Nehalem)"
 # The qemu CPU models each model is checked on. onnxruntime's MLAS picks its int8 GEMM by the CPU's
 # features (i8mm: SMMLA; dot product: SDOT; else plain NEON) and its FP32 kernels by SVE and NEON,
 # so one run per kernel path phones take: qemu's `max` (SVE2, i8mm: the newest phones' cores) and a
 # Cortex-A55 (dot product, no i8mm or SVE: the little core of most phones in use, the A76/A78 class).
+# On x86 it picks them by AVX-512/VNNI, AVX2 and SSE (u8s8 on AVX2 without VNNI sums pairs of
+# products in saturating 16 bits): the levels below an AVX-512 host that PCs in use have, AVX2 without
+# VNNI (Haswell, x86-64-v3) and SSE4.2 without AVX (Nehalem, x86-64-v2). Every host checks the same
+# levels, its own included, so the outcome does not depend on which CPU builds.
 CPUS = {
     ISA: ("max", "qemu's max: NEON, dot product, i8mm, SVE2"),
     "aarch64 dot product (emulated Cortex-A55)": ("cortex-a55", "Cortex-A55: NEON and dot product, no i8mm or SVE"),
+    X86_V3: ("Haswell-noTSX", "Haswell: AVX2 and FMA, no AVX-512 or VNNI (x86-64-v3)"),
+    X86_V2: ("Nehalem", "Nehalem: SSE4.2, no AVX (x86-64-v2)"),
 }
 DEFAULT_ROOT = "/var/cache/arrcoc-edge/arm64-bookworm"
 READY_MARKER = ".arrcoc-arm64-ready"  # written by scripts/setup.d/60-arm64-emulation.sh
@@ -74,18 +87,45 @@ def host_runs_arm64() -> bool:
     return platform.machine().lower() in ("aarch64", "arm64")
 
 
-def emulation_root() -> Path:
-    """The emulation root, checked before it is trusted: complete (marker, the files the run starts),
-    and trusted whole (trusted_tree.check_tree: every one of its thousands of files owned by this
-    user or root and writable by no one else, no link out of it), once per process and marker."""
-    root = root_path()
+def machine(isa: str) -> str:
+    """The instruction set of a CPUS entry: x86_64 or aarch64."""
+    return "x86_64" if isa.startswith("x86-64") else "aarch64"
+
+
+def emulated(isas=None) -> list[str]:
+    """The entries of `isas` (default: every CPUS entry) this host checks: on an x86-64 host all of
+    them (the x86 levels run this checkout's own interpreter); on an arm64 host none (its own run is
+    arm64's, and there is no x86 interpreter to emulate)."""
+    if host_runs_arm64() or platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    return list(CPUS if isas is None else isas)
+
+
+X86_LEVELS = tuple(isa for isa in CPUS if machine(isa) == "x86_64")
+
+
+def other_isas(ctx, model: Path, isas=None) -> dict:
+    """Target.other_isas for an .onnx or .ort file: a loader per emulated CPU of `isas` (default:
+    every CPUS entry) this host checks; one emulated process per CPU model serves all of a stage's models
+    (BuildContext.kept: start-up is most of the time)."""
+    emulator = lambda isa: ctx.kept(f"emulated {isa}", lambda: Emulator(isa))  # noqa: E731
+    return {isa: (lambda isa=isa: arm64_runner(model, isa=isa, emulator=emulator(isa))) for isa in emulated(isas)}
+
+
+def emulation_root(arch: str = "aarch64") -> Path:
+    """The emulation root, checked before it is trusted: complete (marker, the files the run of
+    `arch` starts), and trusted whole (trusted_tree.check_tree: every one of its thousands of files
+    owned by this user or root and writable by no one else, no link out of it), once per process and marker."""
+    root, what = root_path(), "arm64" if arch == "aarch64" else "x86-64"
     if not root.is_dir():
-        raise HostCapabilityError(f"no arm64 emulation on this host ({root} is missing)", SETUP_FIX)
+        raise HostCapabilityError(f"no {what} emulation on this host ({root} is missing)", SETUP_FIX)
     if not (root / READY_MARKER).is_file():
-        raise HostCapabilityError(f"the arm64 emulation at {root} is incomplete (no {READY_MARKER})", SETUP_FIX)
-    for path in (root / "qemu-aarch64", root / "sysroot/usr/bin/python3.11", root / "site/onnxruntime", root / "site/numpy"):
+        raise HostCapabilityError(f"the {what} emulation at {root} is incomplete (no {READY_MARKER})", SETUP_FIX)
+    needed = [root / "qemu-x86_64"] if arch == "x86_64" else [
+        root / "qemu-aarch64", root / "sysroot/usr/bin/python3.11", root / "site/onnxruntime", root / "site/numpy"]
+    for path in needed:
         if not os.path.lexists(path):
-            raise HostCapabilityError(f"the arm64 emulation at {root} lacks {path.relative_to(root)}", SETUP_FIX)
+            raise HostCapabilityError(f"the {what} emulation at {root} lacks {path.relative_to(root)}", SETUP_FIX)
     check_tree(root, READY_MARKER, "the arm64 emulation", SETUP_FIX)
     return root
 
@@ -94,18 +134,27 @@ def marker_lines(root: Path) -> list[str]:
     return (root / READY_MARKER).read_text().splitlines()
 
 
+def qemu_name(root: Path, arch: str = "aarch64") -> str:
+    """The emulator and its version as the runtime names it, e.g. 'qemu-x86_64 version 10.0.13' (both
+    binaries come from one qemu-user package, whose version the marker's second line records)."""
+    lines = marker_lines(root)
+    text = lines[1].split(" (")[0] if len(lines) > 1 else "qemu-aarch64"
+    return text.replace("qemu-aarch64", f"qemu-{arch}")
+
+
 def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emulator: Emulator | None = None) -> Runner:
     """`model` (.onnx or .ort) in the aarch64 onnxruntime under qemu-user, on `isa`'s CPU model (CPUS).
     Runner.run_many runs a list of batches in one request to `emulator` (a stage's shared one, see
     Emulator; None: a process of its own, ended after the run); Runner.facts then holds what the
     emulator reported (machine, onnxruntime version, the CPU features it saw) and the time per call."""
-    root = emulation_root()
-    lines = marker_lines(root)
-    qemu = lines[1].split(" (")[0] if len(lines) > 1 else "qemu-aarch64"
+    arch = machine(isa)
+    root = emulation_root(arch)
+    qemu = qemu_name(root, arch)
     limit = timeout or timeout_s()
     cpu, cpu_text = CPUS[isa]
+    wheel = "aarch64 wheel" if arch == "aarch64" else "this checkout's"
     runner = Runner(run=lambda inputs: run_many([inputs])[0],
-                    runtime=f"onnxruntime (aarch64 wheel, 1 thread) under {qemu} -cpu {cpu}")
+                    runtime=f"onnxruntime ({wheel}, 1 thread) under {qemu} -cpu {cpu}")
     runner.facts = {"emulator": qemu, "cpu": cpu_text}
 
     def run_many(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -163,7 +212,7 @@ class Emulator:
     limit is gone; the next model starts a fresh one. Closed: stdin ends, the worker exits."""
 
     def __init__(self, isa: str = ISA, root: Path | None = None):
-        self.cpu = CPUS[isa][0]
+        self.isa, self.cpu, self.arch = isa, CPUS[isa][0], machine(isa)
         self.root = root
         self.proc: subprocess.Popen | None = None
         self.folder: scratch.TemporaryFolder | None = None
@@ -176,11 +225,15 @@ class Emulator:
         self.close()
 
     def _start(self) -> subprocess.Popen:
-        self.root = self.root or emulation_root()
+        self.root = self.root or emulation_root(self.arch)
         self.folder = self.folder or scratch.TemporaryFolder("arrcoc-arm64-emu-", family="arrcoc-")
         home, sysroot = Path(self.folder.name), self.root / "sysroot"
-        cmd = [str(self.root / "qemu-aarch64"), "-cpu", self.cpu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"),
-               "-I", str(WORKER), str(self.root / "site")]
+        if self.arch == "x86_64":  # this checkout's interpreter and onnxruntime on an older x86 CPU model
+            cmd = [str(self.root / "qemu-x86_64"), "-cpu", self.cpu, sys.executable, "-I", str(WORKER),
+                   sysconfig.get_paths()["purelib"]]
+        else:
+            cmd = [str(self.root / "qemu-aarch64"), "-cpu", self.cpu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"),
+                   "-I", str(WORKER), str(self.root / "site")]
         # a clean environment: the user's QEMU_* or PYTHON* variables must not change what runs
         env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
         if self.stderr is None:
@@ -220,9 +273,9 @@ class Emulator:
         if facts.get("stage") is None:
             raise HostCapabilityError(f"the arm64 emulation at {self.root} does not import onnxruntime ({tail})", SETUP_FIX)
         step = "loading" if facts["stage"] == "imported" else "running"
-        raise GateError(f"{Path(model).name} failed on arm64 kernels ({ISA}) while {step} in onnxruntime "
+        raise GateError(f"{Path(model).name} failed on {self.isa}'s kernels while {step} in onnxruntime "
                         f"{facts.get('onnxruntime')}: {_exit(code)}: {tail}",
-                        "the model does not run on the phones' arm64 onnxruntime: do not ship it; see the build log")
+                        f"the model does not run on {self.isa}'s onnxruntime: do not ship it; see the build log")
 
     def _ask(self, request: str, limit: float, model: Path) -> str:
         """Send one request line; the answer line, or "" when the worker ended first."""

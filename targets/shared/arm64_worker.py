@@ -1,4 +1,4 @@
-"""Runs inside the arm64 emulator (targets/shared/arm64.py): ONNX or ORT models, one after another.
+"""Runs inside an emulated CPU (targets/shared/arm64.py): ONNX or ORT models, one after another.
 
 Started as `python3.11 -I arm64_worker.py SITE` by the arm64 Python of the emulation root, it imports
 only the standard library, numpy and onnxruntime (the registry's aarch64 wheels in SITE), never the

@@ -40,7 +40,8 @@ def arm64_checks(ctx: BuildContext, path: Path, gate: Gate, metrics_of, batch_di
     # each CPU model's emulator on its own thread: side by side, they take both cores; the metrics
     # (the Python encoder's and the relevance model's side) are then computed here, one model at a time
     covered = one_per_length(ids_needed)
-    ran = ctx.side_by_side({isa: lambda isa=isa: _emulate(ctx, isa, path, covered, batch_dim) for isa in et_runner.CPUS})
+    phones = [isa for isa in et_runner.CPUS if arm64.machine(isa) == "aarch64"]  # the app runs on phones only
+    ran = ctx.side_by_side({isa: lambda isa=isa: _emulate(ctx, isa, path, covered, batch_dim) for isa in phones})
     records, failures = {}, []
     for isa, (embeddings, run, label, seconds) in ran.items():
         if not isinstance(embeddings, dict):  # the record of a CPU model not measured, or failed

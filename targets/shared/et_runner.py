@@ -42,9 +42,12 @@ SETUP_FIX = "run bash scripts/setup.sh as root (its step scripts/setup.d/65-exec
 # The qemu CPU models the .pte files are checked on: XNNPACK picks its ARM kernels by the CPU's
 # features (dot product for int8 GEMMs, else plain NEON). qemu's `max` is left out: it offers SME,
 # whose kernels qemu runs about 6x slower, and no phone in use has it.
+# On x86 XNNPACK picks them by AVX-512, AVX2 and SSE: the x86-64 levels of arm64.CPUS, run by the
+# x86 runner under qemu-x86_64 (PCs run the .pte through ExecuTorch's Python or C++ runtime).
 CPUS = {
     "aarch64 dot product (emulated Cortex-A76)": ("cortex-a76", "Cortex-A76: NEON, FP16 and dot product"),
     "aarch64 NEON only (emulated Cortex-A53)": ("cortex-a53", "Cortex-A53: NEON, no dot product"),
+    **{isa: arm64.CPUS[isa] for isa in arm64.X86_LEVELS},
 }
 _DTYPES = {"float32": "f32", "int64": "i64", "int32": "i32", "uint8": "u8"}
 _NUMPY = {v: k for k, v in _DTYPES.items()}
@@ -71,12 +74,13 @@ def command(isa: str | None, threads: int = 1) -> tuple[list[str], str]:
     root = runner_tree()
     if isa is None:
         return [str(root / "x86_64/arrcoc-et-runner"), "--threads", str(threads), "--serve"], "C++ runner, x86-64"
-    emulation = arm64.emulation_root()
-    qemu = (arm64.marker_lines(emulation)[1:2] or ["qemu-aarch64"])[0].split(" (")[0]
-    cpu = CPUS[isa][0]
-    return ([str(emulation / "qemu-aarch64"), "-cpu", cpu, "-L", str(root / "cross/usr/aarch64-linux-gnu"),
-             str(root / "aarch64/arrcoc-et-runner"), "--threads", str(threads), "--serve"],
-            f"C++ runner, aarch64 under {qemu} -cpu {cpu}")
+    arch = arm64.machine(isa)
+    emulation = arm64.emulation_root(arch)
+    qemu, cpu = arm64.qemu_name(emulation, arch), CPUS[isa][0]
+    sysroot = ["-L", str(root / "cross/usr/aarch64-linux-gnu")] if arch == "aarch64" else []
+    return ([str(emulation / f"qemu-{arch}"), "-cpu", cpu, *sysroot,
+             str(root / arch / "arrcoc-et-runner"), "--threads", str(threads), "--serve"],
+            f"C++ runner, {arch} under {qemu} -cpu {cpu}")
 
 
 def identity(isa: str) -> dict[str, str]:
@@ -86,9 +90,10 @@ def identity(isa: str) -> dict[str, str]:
     checked first (runner_tree, arm64.emulation_root): HostCapabilityError where they are unusable."""
     from arrcoc_edge.relevance.digest import sha256_file
 
-    root, emulation = runner_tree(), arm64.emulation_root()
-    return {"runner_marker": (root / READY_MARKER).read_text(), "runner": sha256_file(root / "aarch64/arrcoc-et-runner"),
-            "emulator": sha256_file(emulation / "qemu-aarch64"), "emulation_marker": "\n".join(arm64.marker_lines(emulation)),
+    arch = arm64.machine(isa)
+    root, emulation = runner_tree(), arm64.emulation_root(arch)
+    return {"runner_marker": (root / READY_MARKER).read_text(), "runner": sha256_file(root / arch / "arrcoc-et-runner"),
+            "emulator": sha256_file(emulation / f"qemu-{arch}"), "emulation_marker": "\n".join(arm64.marker_lines(emulation)),
             "cpu": CPUS[isa][0]}
 
 
