@@ -19,6 +19,7 @@ from arrcoc_edge.errors import (ArrcocError, BuildInterrupted, GateError, HostCa
 from arrcoc_edge.publishing import folder_state, locking, publish, reading, takeover
 from arrcoc_edge.publishing import manifest as manifest_mod
 from arrcoc_edge.relevance.checkpoint import load_checkpoint
+from arrcoc_edge.stages import calibration
 from arrcoc_edge.stages.export import export_cached
 from arrcoc_edge.stages.golden import build_golden_set, write_bundle
 from arrcoc_edge.stages.parity import parity_metrics, topk_overlap
@@ -340,6 +341,8 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     run_dir = locking.new_staging(out)
     stages: dict[str, StageResult] = {}
     try:
+        with timings.phase("calibration"):
+            confidence = fit_confidence(ckpt, options.get("base_model"), run_dir, log)
         for target in order:
             locking.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
             with timings.phase(target.name) as phase:
@@ -355,12 +358,25 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
             previous = reading.read_manifest(out)
             kept = [s for s in stages.values() if s.target.name in chosen or s.status in ("failed", "skipped")]
             data = manifest_mod.merge(previous, ckpt, program, golden, kept, folder_state.state_dir(out),
-                                      timings=timings.record())
-            publish.publish(out, {n: stages[n].staging for n in chosen}, data,
-                            write_extras=lambda gen: _write_report(out, gen, kept, ckpt, golden, log), log=log)
+                                      timings=timings.record(), calibration=confidence.entry)
+
+            def extras(gen: Path) -> None:
+                confidence.write(gen)
+                _write_report(out, gen, kept, ckpt, golden, log)
+
+            publish.publish(out, {n: stages[n].staging for n in chosen}, data, write_extras=extras, log=log)
     finally:
         locking.remove_tree(run_dir)
     return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started, timings.record())
+
+
+def fit_confidence(ckpt, base_model, work: Path, log) -> "calibration.Fitted":
+    """The calibration stage, for every build: the checkpoint's confidence calibration fitted on
+    natural photos (stages/calibration.py), published as calibration.json beside the manifest."""
+    locking.check_interrupted()
+    fitted = calibration.fitted_for(ckpt, base_model, work, log)
+    log(f"calibration: {fitted.entry.get('reason') or fitted.summary()}")
+    return fitted
 
 
 def to_publish(requested: set[str], stages: dict[str, StageResult]) -> list[str]:

@@ -242,7 +242,8 @@ def merged_manifest(parts: list[Part], chosen: dict) -> dict:
     shas = {p.program_sha for p in parts}
     reproducible = len(shas) == 1
     return {
-        **{k: first[k] for k in ("schema", "checkpoint", "exported_program", "golden", "toolchain") if k in first},
+        **{k: first[k] for k in ("schema", "checkpoint", "exported_program", "golden", "calibration", "toolchain")
+           if k in first},
         "host": f"merged from {len(parts)} parts",
         "host_info": manifest_mod.host_info(),
         "merge": {
@@ -416,8 +417,8 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
                 if missing:
                     data["merge"]["missing_outputs"] = missing
                 locking.check_interrupted()  # one a library swallowed: never publish after a Ctrl-C
-                publish.publish(out, staged, data, write_extras=lambda gen: _write_report(out, gen, heldout, log),
-                                log=log)
+                publish.publish(out, staged, data, log=log, write_extras=lambda gen: (
+                    copy_calibration(parts[0], data, gen), _write_report(out, gen, heldout, log)))
             finally:
                 locking.remove_tree(run_dir)
     except KeyboardInterrupt as exc:
@@ -426,6 +427,15 @@ def run_merge(part_paths: list[Path], out: Path, checkpoint: Path | None = None,
     finally:
         signal.signal(signal.SIGTERM, previous)
     return data
+
+
+def copy_calibration(part: Part, data: dict, gen: Path) -> None:
+    """The first part's calibration.json (the parts share one checkpoint and its settings, so one
+    calibration), checked against that part's manifest as it is copied."""
+    entry = data.get("calibration")
+    if isinstance(entry, dict) and entry.get("file") == folder_state.CALIBRATION:
+        copy_checked(part.path, folder_state.CALIBRATION, gen / folder_state.CALIBRATION, entry.get("bytes"),
+                     str(entry.get("sha256")), part.label, limit=1 << 20)
 
 
 def _write_report(out: Path, gen: Path, heldout, log) -> None:

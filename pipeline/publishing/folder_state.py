@@ -26,7 +26,8 @@ SWITCH = ".switch"  # the new link, made here and renamed onto OUT
 MANIFEST = "manifest.json"
 REPORT_FILES = ("report.html", "REPORT.md")
 BENCH = "bench.json"
-WRITTEN_BESIDE = (MANIFEST, *REPORT_FILES, BENCH)  # files the tool writes into a generation
+CALIBRATION = "calibration.json"  # relevance/evidence.py CALIBRATION_FILE: the confidence calibration
+WRITTEN_BESIDE = (MANIFEST, *REPORT_FILES, BENCH, CALIBRATION)  # files the tool writes into a generation
 # A target (or variant) name as the manifest may use it: one plain path component, 128 at most.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # The names the tool gives its staging runs and generations (about 30 characters): time, process

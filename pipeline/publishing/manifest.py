@@ -167,7 +167,8 @@ def _mark_stale(entry: dict, ckpt) -> dict:
         f"top-{was.get('top_k', '?')}, not from this manifest's checkpoint: rebuild this target")}
 
 
-def merge(previous: dict, ckpt, program, golden, stages, out: Path, timings: dict | None = None) -> dict:
+def merge(previous: dict, ckpt, program, golden, stages, out: Path, timings: dict | None = None,
+          calibration: dict | None = None) -> dict:
     targets = {name: _mark_stale(e, ckpt) for name, e in previous.get("targets", {}).items()}
     by_name = {s.target.name: s for s in stages}
     for stage in stages:
@@ -196,6 +197,9 @@ def merge(previous: dict, ckpt, program, golden, stages, out: Path, timings: dic
             "participatory_form": ckpt.model.participatory_scorer.form,
         },
         "golden": golden.describe(),
+        # calibration.json beside this manifest (stages/calibration.py): its file, sha256 and
+        # held-out metrics, or why there is none
+        **({"calibration": calibration} if calibration is not None else {}),
         "toolchain": toolchain_versions(),
         "host": f"{platform.system()} {platform.machine()}",
         "host_info": host_info(),
