@@ -1,20 +1,24 @@
-"""How well `stands_out` tells "found" from "nothing here": ROC AUC and accuracy of the contrast
-(arrcoc_edge/relevance/evidence.py) on labelled scenes, and the share and threshold it uses.
+"""How well a checkpoint's confidence tells "it is there" from "it is not", on natural photos no
+training or calibration saw: the table docs/model.md shows.
 
-    .venv/bin/python scripts/measure_stands_out.py [--scenes 150]
+    .venv/bin/python scripts/measure_stands_out.py [--checkpoint FILE]
 
-Scenes are the training module's held-out scenes (arrcoc_edge/training/scenes.py: two to four items,
-each a colour shape or a packaged photo, in named quadrants), never its training seeds. Every scene
-is asked every colour ("something red"), every place ("the object in the top left"), every
-packaged photo's name ("the cat") and every shape ("the circle"); a query is present when the scene
-holds what it names. Plain photos (one colour, with and without noise) are asked the same, all
-absent. Two disjoint seed ranges: the calibration one chooses the share of cells and the threshold
-(the best AUC, then the best balanced accuracy, of the shipped checkpoint on colour queries and
-plain photos), the evaluation one is what the table reports. Checkpoints: the shipped one, and a reference-layout one made as tests/conftest.py makes
-it (arr-coc-0-1's state-dict layout, seeded untrained weights, its own settings G=32, K=200; 384
-wide here so that MiniLM encodes its queries). Eager PyTorch and the CLI's text encoder: the
-relevance an artifact computes (the parity gates hold them together); the contrast is the same
-numpy function `predict` runs on that relevance.
+For each checkpoint (the shipped one, or --checkpoint, and a reference-layout one made as
+tests/conftest.py makes it: arr-coc-0-1's state-dict layout, seeded untrained weights, its own
+settings G=32, K=200, 384 wide here so that MiniLM encodes its queries):
+  1. its calibration is fitted as a build fits it (pipeline/stages/calibration.py, on the
+     natural photos' calibration split);
+  2. every held-out pair (pipeline/stages/natural_photos.py: crops of photos neither the training
+     nor the fit saw; colour words labelled by the crop's pixels; places by geometry) runs through
+     the eager model with the sentence encoded by all-MiniLM-L6-v2, as a build's golden set does;
+  3. per colour and per place: present / absent pairs, ROC AUC of the confidence, balanced accuracy
+     of confidence >= 0.5 (`stands_out`), expected calibration error (10 bins), and the share of the
+     strongest 8 relevance cells that hold the queried colour (a cell holds it when >= 6% of its
+     pixels have it) or lie in the named quadrant, over the present pairs.
+A place is in every photo, so place rows have no absent pairs: no AUC, and balanced accuracy is the
+share of them said to stand out. A colour with fewer than ENOUGH present or absent pairs is marked:
+its numbers rest on too few crops. Targets: AUC >= 0.90, balanced accuracy >= 0.85, ECE <= 0.10,
+strongest-8 share >= 0.80 (TARGETS); the last column says which a row misses.
 """
 from __future__ import annotations
 
@@ -28,150 +32,95 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SHARES = (1 / 64, 1 / 32, 1 / 24, 1 / 16, 1 / 8, 1 / 4)
-CALIBRATION_OFFSET, EVALUATION_OFFSET = 0, 100_000  # from scenes.HELDOUT_SEED_BASE
-PLAIN = 20  # plain photos per split
+SHIPPED = REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors"
+ENOUGH = 10  # present and absent pairs a colour needs before its row counts
+TARGETS = {"roc_auc": 0.90, "balanced_accuracy": 0.85, "ece": 0.10, "strongest_8": 0.80}
+HEADER = ("| checkpoint | asked | present / absent | ROC AUC | balanced accuracy | ECE | strongest 8 hold it | "
+          "misses |\n|---|---|---|---|---|---|---|---|")
 
 
-def queries() -> list[tuple[str, str, str]]:
-    """(query, kind, the word that must be in the scene's own queries for it to be present)."""
-    from arrcoc_edge.training import scenes as sc
-
-    out = [(f"something {c}", "colour", c) for c in sc.COLOURS]
-    out += [(f"the object in the {p}", "place", p) for p in sc.QUADRANTS]
-    out += [(f"the {n}", "object", n) for n in sc.PHOTOS]
-    out += [(f"the {s}", "object", s) for s in sc.SHAPES]
-    return out
-
-
-def photos(offset: int, count: int):
-    """(uint8 photo [224,224,3], {query: present}) for `count` scenes and PLAIN plain photos."""
-    from arrcoc_edge.training import scenes as sc
-
-    asked = queries()
-    for seed in range(sc.HELDOUT_SEED_BASE + offset, sc.HELDOUT_SEED_BASE + offset + count):
-        scene = sc.make_scene(seed)
-        said = " | ".join(scene.queries)
-        yield (np.round(scene.image.transpose(1, 2, 0) * 255).astype(np.uint8),
-               {q: word in said for q, _, word in asked})
-    rng = np.random.default_rng(offset)
-    for i in range(PLAIN):
-        plain = np.broadcast_to(rng.integers(0, 256, 3), (sc.IMAGE_SIZE, sc.IMAGE_SIZE, 3)).astype(np.float64)
-        if i % 2:
-            plain = plain + rng.normal(0.0, 8.0, plain.shape)
-        yield np.clip(plain, 0, 255).astype(np.uint8), {q: False for q, _, _ in asked}
-
-
-def relevance_rows(model, offset: int, count: int, vectors) -> list[tuple[np.ndarray, bool, str]]:
-    """(relevance [N], present, kind) for every photo and query of a split."""
+def reference_layout(folder: Path) -> Path:
+    """A reference-layout .pt as tests/conftest.py writes one (seed 7), 384 wide."""
     import torch
 
-    kinds = [kind for _, kind, _ in queries()]
-    rows = []
-    for pixels, present in photos(offset, count):
-        batch = torch.from_numpy(pixels)[None].expand(len(kinds), -1, -1, -1)
-        with torch.no_grad():
-            relevance = model(batch, vectors)[0].numpy()
-        for (q, kind, _), r in zip(queries(), relevance):
-            rows.append((r, present[q], kind))
-    plain_rows = len(kinds) * PLAIN
-    return [(r, p, "plain" if i >= len(rows) - plain_rows else k) for i, (r, p, k) in enumerate(rows)]
+    from arrcoc_edge.relevance.model import ModelConfig, build_model
+
+    path = folder / "reference-layout.pt"
+    state = dict(build_model(ModelConfig(query_dim=384), seed=7).state_dict())
+    state["base_model.lm_head.weight"] = torch.zeros(2, 2)
+    torch.save(state, path)
+    return path
 
 
-def choose(rows, roc_auc_score) -> tuple[float, float]:
-    """(share, threshold) on colour queries and plain photos, the question the shipped checkpoint
-    answers with a region ("something red"): the share with the best AUC, then the threshold with
-    the best balanced accuracy on it. Places and object names are reported, not chosen on: a
-    place query's map is a gradient toward the place whether or not an item is there."""
-    from arrcoc_edge.relevance.evidence import contrast
+def measured(checkpoint: Path) -> tuple[object, list[dict]]:
+    """(the loaded checkpoint, one row per colour and place of the held-out split, then "all colours")."""
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+    from arrcoc_edge.stages import calibration as cal
+    from arrcoc_edge.stages import natural_photos as nat
+    from arrcoc_edge.stages.sentences import cached_minilm_embed
 
-    rows = [row for row in rows if row[2] in ("colour", "plain")]
-    labels = np.array([p for _, p, _ in rows])
-
-    best = max(SHARES, key=lambda s: roc_auc_score(labels, [contrast(r, s) for r, _, _ in rows]))
-    values = np.array([contrast(r, best) for r, _, _ in rows])
-    cuts = np.unique(np.round(values, 2))
-    return best, float(max(cuts, key=lambda t: balanced(labels, values >= t)))
-
-
-def balanced(labels: np.ndarray, said: np.ndarray) -> float:
-    return 0.5 * (said[labels].mean() + (~said[~labels]).mean())
-
-
-def table(name: str, rows, share: float, threshold: float, roc_auc_score) -> list[str]:
-    """Markdown rows: per kind of query (each with the plain photos' negatives), then all."""
-    from arrcoc_edge.relevance.evidence import contrast
-
-    labels = np.array([p for _, p, _ in rows])
-    kinds = np.array([k for _, _, k in rows])
-    values = np.array([contrast(r, share) for r, _, _ in rows])
-    out = []
-    for kind in ("colour", "place", "object", "all"):
-        keep = np.ones(len(rows), bool) if kind == "all" else (kinds == kind) | (kinds == "plain")
-        y, v = labels[keep], values[keep]
-        said = v >= threshold
-        plain = said[kinds[keep] == "plain"]
-        out.append(f"| {name} | {kind} | {int(y.sum())} / {int((~y).sum())} | {roc_auc_score(y, v):.3f} | "
-                   f"{(said == y).mean():.3f} | {balanced(y, said):.3f} | {said[y].mean():.3f} | "
-                   f"{(~said[~y]).mean():.3f} | {(~plain).mean():.3f} |")
-    return out
+    loaded = load_checkpoint(checkpoint)
+    model = loaded.model.eval()
+    fitted = cal.fit(model, loaded.config, cached_minilm_embed, "all-MiniLM-L6-v2", heldout=False)
+    held = nat.natural_set("heldout", loaded.config.grid)
+    outcome = cal.run_pairs(model, held, cached_minilm_embed)
+    confidence = fitted.confidence(outcome.evidence)
+    present = np.array([p.present for p in held.pairs])
+    hold = np.array([p.cells[outcome.strongest[i]].mean() for i, p in enumerate(held.pairs)])
+    words = np.array([p.word for p in held.pairs])
+    rows = [row(w, confidence[words == w], present[words == w], hold[words == w])
+            for w in (*nat.COLOURS, *nat.PLACES)]
+    colours = np.array([p.kind == "colour" for p in held.pairs])
+    rows.append(row("all colours", confidence[colours], present[colours], hold[colours]))
+    return loaded, rows
 
 
-def natural_photos(model, vectors) -> str:
-    """The highest contrast of any colour query on the packaged photos (scenes.PHOTOS), as decoded."""
-    import torch
+def row(word: str, confidence: np.ndarray, present: np.ndarray, hold: np.ndarray) -> dict:
+    from arrcoc_edge.stages import calibration as cal
 
-    from arrcoc_edge.relevance.evidence import THRESHOLD, contrast
-    from arrcoc_edge.training import scenes as sc
+    counts = (int(present.sum()), int((~present).sum()))
+    return {"word": word, "present": counts[0], "absent": counts[1],
+            "roc_auc": cal.roc_auc(confidence, present),
+            "balanced_accuracy": cal.balanced_accuracy(confidence >= 0.5, present) if len(present) else float("nan"),
+            "ece": cal.expected_calibration_error(confidence, present) if len(present) else float("nan"),
+            "strongest_8": float(hold[present].mean()) if counts[0] else float("nan")}
 
-    colours = [i for i, (_, kind, _) in enumerate(queries()) if kind == "colour"]
-    best = (0.0, "", "")
-    for name in sc.PHOTOS:
-        pixels = np.ascontiguousarray(np.asarray(sc._photo(name)))
-        batch = torch.from_numpy(pixels)[None].expand(len(colours), -1, -1, -1)
-        with torch.no_grad():
-            relevance = model(batch, vectors[colours])[0].numpy()
-        for i, r in zip(colours, relevance):
-            best = max(best, (contrast(r), name, queries()[i][0]))
-    return (f"natural photos ({', '.join(sc.PHOTOS)}), every colour: highest contrast {best[0]:.2f} "
-            f"({best[1]}, {best[2]!r}); threshold {THRESHOLD}")
+
+def misses(r: dict) -> str:
+    """Which targets the row misses, or why it is not held to them."""
+    place = r["absent"] == 0 and r["present"] > 0
+    if not place and min(r["present"], r["absent"]) < ENOUGH:
+        return f"too few crops ({r['present']} present, {r['absent']} absent; {ENOUGH} each needed)"
+    missed = [name for name, limit in TARGETS.items() if not np.isnan(r[name])
+              and (r[name] > limit if name == "ece" else r[name] < limit)]
+    return ", ".join(missed) if missed else "none"
+
+
+def markdown(name: str, rows: list[dict]) -> list[str]:
+    show = lambda v: "—" if np.isnan(v) else f"{v:.3f}"  # noqa: E731
+    return [f"| {name} | {r['word']} | {r['present']} / {r['absent']} | {show(r['roc_auc'])} | "
+            f"{show(r['balanced_accuracy'])} | {show(r['ece'])} | {show(r['strongest_8'])} | {misses(r)} |"
+            for r in rows]
 
 
 def main() -> int:
-    import torch
-    from sklearn.metrics import roc_auc_score
-
-    from arrcoc_edge.relevance import evidence
-    from arrcoc_edge.relevance.checkpoint import load_checkpoint
-    from arrcoc_edge.relevance.model import ModelConfig, build_model
-    from arrcoc_edge.relevance.text_encoder import embed
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenes", type=int, default=150, help="scenes per split (default 150)")
+    parser.add_argument("--checkpoint", type=Path, default=SHIPPED,
+                        help="the checkpoint to measure beside the reference layout (default: the shipped one)")
     args = parser.parse_args()
-    vectors = torch.from_numpy(embed([q for q, _, _ in queries()]))
-    shipped = load_checkpoint(REPO / "checkpoints" / "arrcoc-v0.1-trained.safetensors")
-    with tempfile.TemporaryDirectory() as tmp:  # as tests/conftest.py writes one, 384 wide
-        path = Path(tmp) / "reference-layout.pt"
-        state = dict(build_model(ModelConfig(query_dim=vectors.shape[1]), seed=7).state_dict())
-        state["base_model.lm_head.weight"] = torch.zeros(2, 2)
-        torch.save(state, path)
-        reference = load_checkpoint(path)
-    models = [("shipped (G=14, K=64)", shipped.model.eval()),
-              (f"reference layout (G={reference.config.grid}, K={reference.config.top_k})", reference.model.eval())]
-    calibration = relevance_rows(models[0][1], CALIBRATION_OFFSET, args.scenes, vectors)
-    share, threshold = choose(calibration, roc_auc_score)
-    print(f"chosen on {len(calibration)} calibration pairs of the shipped checkpoint: share 1/{1 / share:g}, "
-          f"threshold {threshold:.2f}; evidence.py has share 1/{1 / evidence.TOP_SHARE:g}, threshold {evidence.THRESHOLD}")
-    print("\n| checkpoint | queries | present / absent | ROC AUC | accuracy | balanced accuracy | "
-          "present: stands out | absent: nothing stands out | plain photos: nothing stands out |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, model in models:
-        rows = relevance_rows(model, EVALUATION_OFFSET, args.scenes, vectors)
-        print("\n".join(table(name, rows, evidence.TOP_SHARE, evidence.THRESHOLD, roc_auc_score)))
-    print("\n" + natural_photos(models[0][1], vectors))
-    same = abs(share - evidence.TOP_SHARE) < 1e-9 and abs(threshold - evidence.THRESHOLD) < 1e-9
-    return 0 if same else 1
+    from arrcoc_edge.stages import natural_photos as nat
+
+    print(f"held-out photos: {', '.join(nat.SPLITS['heldout'])} ({nat.CROPS_PER_PHOTO} crops each); calibration "
+          f"fitted on {', '.join(nat.SPLITS['calibration'])}\n")
+    print(HEADER)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in (args.checkpoint, reference_layout(Path(tmp))):
+            loaded, rows = measured(path)
+            cfg = loaded.config
+            name = "reference layout" if path.suffix == ".pt" else "shipped" if path == SHIPPED else path.name
+            label = f"{name} (G={cfg.grid}, K={cfg.top_k})"
+            print("\n".join(markdown(label, rows)))
+    return 0
 
 
 if __name__ == "__main__":

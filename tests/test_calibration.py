@@ -135,3 +135,38 @@ def test_a_build_publishes_its_fitted_calibration_beside_the_manifest(onnx_build
     assert fitted["checkpoint_sha256"] == manifest["checkpoint"]["sha256"] and fitted["pairs"] > 500
     assert fitted["heldout"]["measured"] and fitted["heldout"]["photos"] == list(nat.SPLITS["heldout"])
     assert any(abs(c) > 0.1 for c in calibration.coef)  # fitted, not a placeholder
+
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "measure_stands_out.py"
+    spec = importlib.util.spec_from_file_location("measure_stands_out", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_measured_table_in_the_docs_is_the_scripts_and_its_misses_follow_the_targets():
+    """docs/model.md's natural-photo table: every checkpoint's row for every colour and place, in the
+    script's format, and each row's "misses" what the script's targets say of its own numbers."""
+    from pathlib import Path
+
+    script = _script()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "model.md").read_text()
+    table = page.split("<!-- natural table: printed by scripts/measure_stands_out.py -->\n")[1].split("<!--")[0]
+    lines = table.strip().splitlines()
+    assert "\n".join(lines[:2]) == script.HEADER
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    words = [*nat.COLOURS, *nat.PLACES, "all colours"]
+    assert [r[1] for r in rows] == words * 2 and {r[0] for r in rows} == {"shipped (G=14, K=64)",
+                                                                           "reference layout (G=32, K=200)"}
+    number = lambda text: float("nan") if text == "—" else float(text)  # noqa: E731
+    for name, word, counts, auc, bacc, ece, hold, missed in rows:
+        present, absent = (int(v) for v in counts.split(" / "))
+        row = {"word": word, "present": present, "absent": absent, "roc_auc": number(auc),
+               "balanced_accuracy": number(bacc), "ece": number(ece), "strongest_8": number(hold)}
+        assert script.misses(row) == missed, (name, word)
+        assert script.markdown(name.split(" (")[0], [row])[0].split("|")[3:] == \
+            f"| {name} | {word} | {counts} | {auc} | {bacc} | {ece} | {hold} | {missed} |".split("|")[3:]
