@@ -3,8 +3,12 @@
 Timings are recorded, never asserted against a limit: speed is the bench's (`invoke bench --build`)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+
+import pytest
+from conftest import run_cli
 
 from arrcoc_edge.building.timing import Timings, cpu_seconds
 from arrcoc_edge.frontends.build_bench import format_build_bench
@@ -59,3 +63,20 @@ def test_the_speed_page_table_names_the_commit_and_host_and_each_phases_wall_and
     assert "| android | 295 / 496 | 45 / 56 |" in md and "| **total** | **300 / 500** | **50 / 60** |" in md
     both = module.build_table(record, before=record)
     assert "| phase | before cold | before warm | after cold | after warm |" in both
+
+
+@pytest.mark.slow
+def test_a_warm_build_into_another_folder_converts_nothing_and_records_its_phases(onnx_build, tmp_path):
+    """The session's `--target onnx` build filled the user cache; the same build into another folder
+    reuses the export and every conversion (a conversion that runs says `KIND: converted in N s`),
+    and its manifest records each phase's wall and CPU seconds, in the order they ran."""
+    proc = run_cli("build", "--target", "onnx", "--out", str(tmp_path / "again"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert " converted in " not in proc.stdout, proc.stdout
+    assert "reused the files of an identical earlier conversion" in proc.stdout
+    manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    phases = manifest["build_timings"]["phases"]
+    assert sorted(phases, key=lambda name: phases[name]["start"]) == ["checkpoint", "export", "golden", "onnx"]
+    assert phases["export"]["cached"] is True and phases["onnx"]["status"] == "published"
+    assert all(p["seconds"] >= 0 and p["cpu_seconds"] >= 0 for p in phases.values())
+    assert manifest["targets"]["onnx"]["build_cpu_seconds"] == phases["onnx"]["cpu_seconds"]

@@ -30,6 +30,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable
@@ -140,9 +141,12 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
         if record is not None:
             log(f"{kind}: reused the files of an identical earlier conversion ({cache / key})")
         else:
+            started = time.monotonic()
             record = json.loads(json.dumps(convert(work)))
             if cache is not None:
                 _store(cache, key, work, record, note)
+            # said, so a build that should have reused everything shows what it converted
+            log(f"{kind}: converted in {time.monotonic() - started:.0f} s")
         for path in sorted(work.iterdir()):
             os.replace(path, dest / path.name)
     if cache is not None:
