@@ -328,6 +328,7 @@ def test_a_pte_that_does_not_load_names_its_file_folder_and_the_whole_fix(tmp_pa
     with pytest.raises(Refused) as info:
         pr.checked_runner(out, manifest, target_table.TARGETS["executorch"], "fp32", out)
     assert f"executorch/model_fp32.pte in {out}" in info.value.problem, info.value.problem
+    assert "the checked .pte" not in info.value.problem
     assert f"`{COMMAND} build --target executorch --out {out}`" in info.value.fix
 
 

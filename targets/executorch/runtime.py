@@ -50,8 +50,10 @@ def _program(path: Path | bytes):
     try:
         return Runtime.get().load_program(path if isinstance(path, bytes) else str(path))
     except Exception as exc:  # the runtime raises RuntimeError / ValueError with a C++ status code
-        raise ExportError(f"{'the checked .pte' if isinstance(path, bytes) else path.name} does not load in the ExecuTorch runtime ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
+        # checked bytes have no name here: the caller (predict.checked_runner) names the file and folder
+        what = "the ExecuTorch runtime refuses the program" if isinstance(path, bytes) else \
+            f"{path.name} does not load in the ExecuTorch runtime"
+        raise ExportError(f"{what} ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else 'no message'})",
                           f"rebuild it with `{COMMAND} build --target executorch --out FOLDER`") from exc
 
 
