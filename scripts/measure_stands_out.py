@@ -91,8 +91,9 @@ def misses(r: dict) -> str:
     place = r["absent"] == 0 and r["present"] > 0
     if not place and min(r["present"], r["absent"]) < ENOUGH:
         return f"too few crops ({r['present']} present, {r['absent']} absent; {ENOUGH} each needed)"
-    missed = [name for name, limit in TARGETS.items() if not np.isnan(r[name])
-              and (r[name] > limit if name == "ece" else r[name] < limit)]
+    shown = {name: round(r[name], 3) for name in TARGETS}  # as the table prints them
+    missed = [name for name, limit in TARGETS.items() if not np.isnan(shown[name])
+              and (shown[name] > limit if name == "ece" else shown[name] < limit)]
     return ", ".join(missed) if missed else "none"
 
 

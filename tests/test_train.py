@@ -118,6 +118,39 @@ def test_open_scenes_are_deterministic_and_their_targets_are_what_the_query_asks
     assert tr.precision_at_k(persp, feats.masks[detail], 64)["r_precision"] > chance + 0.25
 
 
+def test_natural_scenes_ask_the_colours_their_pixels_hold_or_lack():
+    """Natural scenes (crops of the training photos only): each query names one basic colour; a
+    "natural" one is present by the natural photo set's pixel rule and its cells hold the colour, an
+    "absent" one is absent by that rule and has no cells. Deterministic."""
+    from arrcoc_edge.stages import natural_photos as nat
+
+    assert set(sc.PHOTOS) and {image for _, image in sc.PHOTOS.values()} == {nat.PHOTOS[p][1] for p in nat.SPLITS["train"]}
+    kinds = set()
+    for seed in range(sc.NATURAL_TRAIN_SEED_BASE, sc.NATURAL_TRAIN_SEED_BASE + 25):
+        a, b = sc.make_natural_scene(seed), sc.make_natural_scene(seed)
+        np.testing.assert_array_equal(a.image, b.image)
+        assert a.queries == b.queries and (a.masks == b.masks).all() and a.kinds == b.kinds
+        pixels = np.rint(a.image.transpose(1, 2, 0) * 255).astype(np.uint8)
+        masks = nat.colour_masks(pixels)
+        for query, kind, cells in zip(a.queries, a.kinds, a.masks):
+            (colour,) = [c for c in nat.COLOURS if c in query.split(" ") or f"{c}?" in query]
+            share = masks[colour].mean()
+            if kind == "natural":
+                assert share >= nat.PRESENT and cells.any(), (seed, query)
+                assert (nat.cell_shares(masks[colour], sc.GRID)[cells] >= nat.CELL_PRESENT).all(), (seed, query)
+            else:
+                assert kind == sc.ABSENT_KIND and share <= nat.ABSENT and not cells.any(), (seed, query)
+            kinds.add(kind)
+    assert kinds == {"natural", sc.ABSENT_KIND}
+
+
+def test_presence_loss_rewards_evidence_that_follows_presence():
+    high, low = torch.full((2, 196), 0.2), torch.full((2, 196), 0.2)
+    high[0, :8], low[1, :8] = 0.9, 0.9  # the present pair's strongest cells match, or the absent one's
+    present = torch.tensor([True, False])
+    assert tr._presence_loss(high, present) < tr._presence_loss(low, present)
+
+
 def test_metric_definitions():
     relevance = torch.tensor([[0.9, 0.8, 0.1, 0.7, 0.0], [0.0, 0.1, 0.2, 0.3, 0.4]])
     masks = torch.tensor([[1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0, 0.0]])

@@ -208,10 +208,10 @@ UNUSUAL_TEMPLATES = ("anything unusual", "the odd one out", "what doesn't belong
 UNUSUAL_BACKGROUNDS = ("red", "yellow", "blue")
 UNUSUAL_SHAPE_SHARE = 1.0
 OPEN_KINDS = ("detail", "salient", "unusual")
-KINDS = ("photo", "shape", "place", *OPEN_KINDS)
+KINDS = ("photo", "shape", "place", *OPEN_KINDS, "natural")
 # Query families of the report: what a query asks for.
 FAMILIES = {"naming": ("photo", "shape"), "position": ("place",), "open": ("detail", "unusual"),
-            "named_salient": ("salient",)}
+            "named_salient": ("salient",), "natural_colour": ("natural",)}
 BLUR = (2.5, 4.5)  # Gaussian blur radius (px) of an out-of-focus item
 OPEN_TRAIN_SEED_BASE = 3_000_000
 OPEN_HELDOUT_SEED_BASE = 9_500_000
@@ -347,6 +347,79 @@ def make_open_scene(seed: int) -> Scene:
     return Scene(seed, np.ascontiguousarray(image), queries, np.stack(masks), kinds)
 
 
+# ---- Natural scenes: the basic colour terms on real photos ----------------------------------
+#
+# The naming scenes' colours are six flat fills; a real photo's colours are shaded, textured and
+# mixed. A natural scene is a crop of a training-split photo (stages/natural_photos.py SPLITS
+# "train": the photos PHOTOS names, never a calibration or held-out one), whole or as 2-4 tiles on
+# the neutral canvas, sometimes with a shape of one of the 11 basic colours pasted on it (the
+# colours the training photos lack: yellow, green, purple, pink). Its queries are colour words
+# labelled from its own pixels by the same rules as the natural photo set (natural_photos.py
+# COLOUR_RULES): up to NATURAL_PRESENT colours the scene has (>= 6% of its pixels; the ground truth
+# is the cells the colour fills by at least NATURAL_CELL, or by 6% where none does) and up to
+# NATURAL_ABSENT it has not (<= 0.5%): kind "absent", an empty ground truth. Absent pairs train
+# the query's evidence (train.py presence loss), never the relevance.
+
+NATURAL_TRAIN_SEED_BASE = 5_000_000
+NATURAL_HELDOUT_SEED_BASE = 9_700_000
+NATURAL_PRESENT, NATURAL_ABSENT = 2, 2
+NATURAL_CELL = 0.25
+ABSENT_KIND = "absent"  # not in KINDS: no ground-truth cells, so no R-precision
+NATURAL_TEMPLATES = ("something {c}", "the {c} object", "anything {c}?", "{c}", "the {c} part",
+                     "the {c} thing", "where is the {c}?", "is there something {c} here?")
+BASIC_SWATCHES = {  # a representative of each basic colour term, jittered per shape
+    "red": (205, 25, 30), "orange": (240, 130, 20), "yellow": (235, 215, 40), "green": (50, 150, 55),
+    "blue": (35, 70, 200), "purple": (120, 45, 170), "pink": (240, 120, 190), "brown": (110, 65, 25),
+    "white": (240, 240, 236), "grey": (128, 128, 126), "black": (15, 15, 18),
+}
+
+
+def _natural_crop(rng: np.random.Generator, side: int) -> Image.Image:
+    return _square(_photo(list(PHOTOS)[int(rng.integers(len(PHOTOS)))]), side, rng)
+
+
+def _natural_canvas(rng: np.random.Generator) -> Image.Image:
+    """A whole crop of a training photo, or 2-4 crops as tiles on the neutral canvas; half of the
+    time with one basic-colour shape on top."""
+    if rng.random() < 0.5:
+        canvas = _natural_crop(rng, IMAGE_SIZE)
+    else:
+        canvas = Image.fromarray(_background(rng))
+        for i in rng.choice(4, size=int(rng.integers(2, 5)), replace=False):
+            side, top, left = _place(list(QUADRANTS)[int(i)], rng)
+            canvas.paste(_natural_crop(rng, side), (left, top))
+    if rng.random() < 0.5:
+        colour = list(BASIC_SWATCHES)[int(rng.integers(len(BASIC_SWATCHES)))]
+        rgb = np.clip(np.array(BASIC_SWATCHES[colour]) + rng.integers(-12, 13, size=3), 0, 255)
+        side = int(rng.integers(40, 100))
+        top, left = (int(v) for v in rng.integers(0, IMAGE_SIZE - side, size=2))
+        canvas.paste(Image.new("RGB", (side, side), tuple(int(v) for v in rgb)), (left, top),
+                     _shape_mask(SHAPES[int(rng.integers(3))], side))
+    return canvas
+
+
+def make_natural_scene(seed: int) -> Scene:
+    """One natural scene and its colour queries (present and absent), a pure function of `seed`."""
+    from arrcoc_edge.stages import natural_photos as nat
+
+    rng = np.random.default_rng(seed)
+    pixels = np.asarray(_natural_canvas(rng), dtype=np.uint8)
+    present, absent = [], []
+    for colour, mask in nat.colour_masks(pixels).items():
+        share = float(mask.mean())
+        if share >= nat.PRESENT:
+            cells = nat.cell_shares(mask, GRID)
+            present.append((colour, cells >= NATURAL_CELL if (cells >= NATURAL_CELL).any() else cells >= nat.CELL_PRESENT))
+        elif share <= nat.ABSENT:
+            absent.append((colour, np.zeros(GRID * GRID, dtype=bool)))
+    chosen = [present[i] for i in rng.permutation(len(present))[:NATURAL_PRESENT]]
+    chosen += [absent[i] for i in rng.permutation(len(absent))[:NATURAL_ABSENT]]
+    queries = [NATURAL_TEMPLATES[int(rng.integers(len(NATURAL_TEMPLATES)))].format(c=c) for c, _ in chosen]
+    kinds = ["natural"] * min(len(present), NATURAL_PRESENT) + [ABSENT_KIND] * (len(chosen) - min(len(present), NATURAL_PRESENT))
+    image = pixels.astype(np.float32).transpose(2, 0, 1) / 255.0
+    return Scene(seed, np.ascontiguousarray(image), queries, np.stack([m for _, m in chosen]), kinds)
+
+
 @dataclass
 class SceneSet:
     """Scenes flattened to (scene, query) pairs for training and scoring."""
@@ -378,18 +451,22 @@ def _flatten(scenes: list[Scene]) -> SceneSet:
     )
 
 
-def make_scenes(count: int, base: int, open_count: int = 0, open_base: int | None = None) -> SceneSet:
+def make_scenes(count: int, base: int, open_count: int = 0, open_base: int | None = None,
+                natural_count: int = 0, natural_base: int | None = None) -> SceneSet:
     """`count` naming scenes with seeds base, base+1, ..., then `open_count` open scenes with seeds
-    open_base, open_base+1, ...; deterministic."""
+    open_base, ..., then `natural_count` natural scenes with seeds natural_base, ...; deterministic."""
     scenes = [make_scene(base + i) for i in range(count)]
     if open_count:
         scenes += [make_open_scene(open_base + i) for i in range(open_count)]
+    if natural_count:
+        scenes += [make_natural_scene(natural_base + i) for i in range(natural_count)]
     return _flatten(scenes)
 
 
-def train_scenes(count: int, open_count: int = 0) -> SceneSet:
-    return make_scenes(count, TRAIN_SEED_BASE, open_count, OPEN_TRAIN_SEED_BASE)
+def train_scenes(count: int, open_count: int = 0, natural_count: int = 0) -> SceneSet:
+    return make_scenes(count, TRAIN_SEED_BASE, open_count, OPEN_TRAIN_SEED_BASE, natural_count, NATURAL_TRAIN_SEED_BASE)
 
 
-def heldout_scenes(count: int, open_count: int = 0) -> SceneSet:
-    return make_scenes(count, HELDOUT_SEED_BASE, open_count, OPEN_HELDOUT_SEED_BASE)
+def heldout_scenes(count: int, open_count: int = 0, natural_count: int = 0) -> SceneSet:
+    return make_scenes(count, HELDOUT_SEED_BASE, open_count, OPEN_HELDOUT_SEED_BASE, natural_count,
+                       NATURAL_HELDOUT_SEED_BASE)

