@@ -200,7 +200,8 @@ def test_ablation_zeroes_one_way_of_knowing():
 
 @pytest.mark.slow  # trains twice, once in a fresh process
 def test_same_seed_writes_the_same_bytes(tmp_path):
-    tiny = dict(steps=3, train_scenes=6, heldout_scenes=3, open_train_scenes=3, open_heldout_scenes=3)
+    tiny = dict(steps=3, train_scenes=6, heldout_scenes=3, open_train_scenes=3, open_heldout_scenes=3,
+                natural_train_scenes=3, natural_heldout_scenes=3)
     tr.train(tmp_path / "a.safetensors", tr.Recipe(seed=7, **tiny), **QUIET)
     # the second run in a fresh process: safetensors orders its metadata differently per process
     code = ("import sys; from pathlib import Path; from arrcoc_edge.training import train as tr; "
