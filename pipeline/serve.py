@@ -42,6 +42,16 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
         ".webp": "image/webp",
     }
 
+    # Files of the publish that the page reads from beside the site (web/ is one folder of it):
+    # calibration.json sits beside manifest.json, and the page fetches it from its own folder.
+    FROM_THE_PUBLISH = ("/calibration.json",)
+
+    def translate_path(self, path):
+        local = super().translate_path(path)
+        if path.split("?", 1)[0] in self.FROM_THE_PUBLISH and not os.path.lexists(local):
+            return os.path.join(os.path.dirname(os.path.realpath(self.directory)), os.path.basename(local))
+        return local
+
     def send_head(self):
         # A NUL or an undecodable byte in the path makes os.stat/open raise ValueError, which the
         # base class does not expect (it printed a traceback): answer 400 instead.
@@ -64,7 +74,10 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
                          if os.path.exists(os.path.join(path, i))), path)
         base = os.path.realpath(self.directory)
         real = os.path.realpath(path)
-        return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+        inside = real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+        if not inside and self.path.split("?", 1)[0] in self.FROM_THE_PUBLISH:  # the publish's own file, not a link
+            return os.path.dirname(real) == os.path.dirname(base) and not os.path.islink(path)
+        return inside
 
     def list_directory(self, path):
         self.send_error(404, "Not found")  # no listings: the page knows every file it needs

@@ -12,9 +12,10 @@ import numpy as np
 GRID, TOP_K, DIM = 14, 64, 384
 
 
-def contract_model(grid: int = GRID, top_k: int = TOP_K, dim: int = DIM) -> bytes:
+def contract_model(grid: int = GRID, top_k: int = TOP_K, dim: int = DIM, evidence: bool = True) -> bytes:
     """An ONNX graph with the artifact contract's names: relevance [B, grid²] from the query's mean
-    (the same value in every cell), its top_k cells, and softmax weights [B, 3]."""
+    (the same value in every cell), its top_k cells, softmax weights [B, 3] and evidence [B, 4]
+    (the level four times; evidence=False: none, as a model published before that output existed)."""
     from onnx import TensorProto, helper
 
     n = grid * grid
@@ -25,17 +26,19 @@ def contract_model(grid: int = GRID, top_k: int = TOP_K, dim: int = DIM) -> byte
         helper.make_node("TopK", ["relevance", "k"], ["topk_values", "topk_indices"], axis=1),
         helper.make_node("Expand", ["mean", "three"], ["spread"]),
         helper.make_node("Softmax", ["spread"], ["weights"], axis=1),
-    ]
+    ] + ([helper.make_node("Expand", ["level", "four"], ["evidence"])] if evidence else [])
     consts = [helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
               helper.make_tensor("cells", TensorProto.INT64, [2], [1, n]),
               helper.make_tensor("k", TensorProto.INT64, [1], [top_k]),
-              helper.make_tensor("three", TensorProto.INT64, [2], [1, 3])]
+              helper.make_tensor("three", TensorProto.INT64, [2], [1, 3]),
+              helper.make_tensor("four", TensorProto.INT64, [2], [1, 4])]
     graph = helper.make_graph(
         nodes, "contract", [helper.make_tensor_value_info("image", TensorProto.UINT8, ["batch", "height", "width", 3]),
                             helper.make_tensor_value_info("query", TensorProto.FLOAT, ["batch", dim])],
         [helper.make_tensor_value_info("relevance", TensorProto.FLOAT, ["batch", n]),
          helper.make_tensor_value_info("topk_indices", TensorProto.INT64, ["batch", top_k]),
-         helper.make_tensor_value_info("weights", TensorProto.FLOAT, ["batch", 3])], consts)
+         helper.make_tensor_value_info("weights", TensorProto.FLOAT, ["batch", 3]),
+         *([helper.make_tensor_value_info("evidence", TensorProto.FLOAT, ["batch", 4])] if evidence else [])], consts)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     return model.SerializeToString()

@@ -100,11 +100,10 @@ def _cli_json(out, photo, runtime, tmp_path, *query) -> dict:
 
 def _same(api: dict, cli: dict, tolerance: float = 1e-6) -> None:
     """Relevance within 1e-6, top-K identical (as sets and in relevance order), weights, size; the
-    contrast, a ratio read from the relevance (arrcoc_edge.relevance.evidence), within the same
-    tolerance, and stands_out the same."""
-    numbers = ("relevance", "weights", "contrast")
+    evidence within the same tolerance, and confidence, stands_out and the verdict the same."""
+    numbers = ("relevance", "weights", "evidence")
     assert {k: v for k, v in api["json"].items() if k not in numbers} == {k: v for k, v in cli.items() if k not in numbers}
-    assert abs(api["json"]["contrast"] - cli["contrast"]) <= tolerance
+    assert np.abs(np.array(list(api["json"]["evidence"].values())) - np.array(list(cli["evidence"].values()))).max() <= tolerance
     assert np.abs(np.array(api["json"]["relevance"]) - np.array(cli["relevance"])).max() <= tolerance
     assert np.abs(np.array(api["json"]["weights"]) - np.array(cli["weights"])).max() <= tolerance
     rel, grid = np.array(cli["relevance"]), cli["grid"]

@@ -102,7 +102,7 @@ def test_query_width_is_inferred_from_the_weights(tmp_path):
     torch.save(build_model(cfg, seed=1).state_dict(), path)
     got = load_checkpoint(path)
     assert got.config.query_dim == 1536
-    relevance, topk, _ = got.model(torch.rand(1, 3, 512, 512), torch.randn(1, 1536))
+    relevance, topk, *_ = got.model(torch.rand(1, 3, 512, 512), torch.randn(1, 1536))
     assert relevance.shape == (1, 1024) and topk.shape == (1, 200)
 
 

@@ -99,7 +99,7 @@ def test_packages_keep_the_contracts_io(built, entry):
     for name in VARIANTS:
         spec = ct.utils.load_spec(str(package(built, entry, name)))
         assert [i.name for i in spec.description.input] == ["image", "query"]
-        assert [o.name for o in spec.description.output] == ["relevance", "topk_indices", "weights"]
+        assert [o.name for o in spec.description.output] == ["relevance", "topk_indices", "weights", "evidence"]
         image = spec.description.input[0].type.multiArrayType
         assert image.dataType == types.FLOAT16
         ranges = [(r.lowerBound, r.upperBound) for r in image.shapeRange.sizeRanges]
@@ -142,10 +142,11 @@ def test_mil_evaluator_agrees_with_eager(built, entry, loaded, golden):
     inputs = golden.heldout.inputs(0, 1)
     got = _run(program, inputs)
     with torch.no_grad():
-        rel, idx, w = loaded.model(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))
+        rel, idx, w, ev = loaded.model(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))
     assert got["topk_indices"].dtype == np.int32
     assert np.abs(got["relevance"] - rel.numpy()).max() < 1e-4
     assert np.abs(got["weights"] - w.numpy()).max() < 1e-5
+    assert np.abs(got["evidence"] - ev.numpy()).max() < 1e-5
     assert set(got["topk_indices"][0].tolist()) == set(idx[0].tolist())
 
 
@@ -169,7 +170,7 @@ def test_whole_non_square_photos_match_eager(built, entry, loaded, golden, varia
         got.append(_run(program, inputs))
         with torch.no_grad():
             out = loaded.model(torch.from_numpy(inputs["image"]), torch.from_numpy(inputs["query"]))
-        want.append(dict(zip(("relevance", "topk_indices", "weights"), (t.numpy() for t in out))))
+        want.append(dict(zip(("relevance", "topk_indices", "weights", "evidence"), (t.numpy() for t in out))))
     cat = lambda rows: {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}  # noqa: E731
     metrics = parity_metrics(cat(want), cat(got), gate["tie_tolerance"])
     if variant == "fp32":  # the bar for an exact artifact at batch 1

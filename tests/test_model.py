@@ -15,7 +15,7 @@ def batch(golden):
 
 
 def test_output_shapes_and_dtypes(loaded, batch):
-    relevance, topk, weights = loaded.model(*batch)
+    relevance, topk, weights, _ = loaded.model(*batch)
     cfg = loaded.config
     assert relevance.shape == (6, cfg.num_patches) and relevance.dtype == torch.float32
     assert topk.shape == (6, cfg.top_k) and topk.dtype == torch.int64
@@ -23,7 +23,7 @@ def test_output_shapes_and_dtypes(loaded, batch):
 
 
 def test_ranges_and_simplex(loaded, batch):
-    relevance, topk, weights = loaded.model(*batch)
+    relevance, topk, weights, _ = loaded.model(*batch)
     assert torch.isfinite(relevance).all()
     assert relevance.min() >= 0.0 and relevance.max() <= 1.0 + 1e-6
     # per-sample min-max: every image has a most and a least relevant patch
@@ -35,7 +35,7 @@ def test_ranges_and_simplex(loaded, batch):
 
 
 def test_topk_are_the_most_relevant_patches(loaded, batch):
-    relevance, topk, _ = loaded.model(*batch)
+    relevance, topk, *_ = loaded.model(*batch)
     kth = torch.gather(relevance, 1, topk).amin(dim=1, keepdim=True)
     outside = relevance.scatter(1, topk, -1.0)
     assert (outside <= kth + 1e-7).all()
@@ -51,6 +51,7 @@ def test_batch_of_n_equals_n_single_runs(loaded, batch):
         alone = loaded.model(images[i : i + 1], queries[i : i + 1])
         torch.testing.assert_close(alone[0][0], together[0][i], atol=1e-5, rtol=0)
         torch.testing.assert_close(alone[2][0], together[2][i], atol=1e-6, rtol=0)
+        torch.testing.assert_close(alone[3][0], together[3][i], atol=1e-6, rtol=0)  # evidence: per photo
         assert set(alone[1][0].tolist()) == set(together[1][i].tolist())
 
 
@@ -60,7 +61,7 @@ def test_flat_images_stay_finite(loaded, value, size):
     """A blank frame has no edges and no entropy contrast: min-max must not divide by zero."""
     cfg = loaded.config
     image = torch.full((2, *size, 3), value, dtype=torch.uint8)
-    relevance, topk, weights = loaded.model(image, torch.randn(2, cfg.query_dim))
+    relevance, topk, weights, _ = loaded.model(image, torch.randn(2, cfg.query_dim))
     assert torch.isfinite(relevance).all() and torch.isfinite(weights).all()
 
 

@@ -69,7 +69,7 @@ def test_ort_files_load_and_list_operators(int8_out):
         path = folder / name
         assert path.read_bytes()[4:8] == b"ORTM"
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        assert [o.name for o in session.get_outputs()] == ["relevance", "topk_indices", "weights"]
+        assert [o.name for o in session.get_outputs()] == ["relevance", "topk_indices", "weights", "evidence"]
 
 
 def _write_photos(folder: Path, split, count: int) -> None:

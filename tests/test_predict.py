@@ -39,17 +39,19 @@ def test_text_query_on_a_whole_photo_matches_the_model(out, photo, loaded, tmp_p
     assert "photo 300 x 451 px (height x width)" in proc.stdout and "information" in proc.stdout and "top-64 cells" in proc.stdout
     data = json.loads((tmp_path / "p.json").read_text())
     assert set(data) == {"grid", "top_k", "image_size", "runtime", "relevance", "topk_indices", "weights",
-                         "contrast", "stands_out"}
+                         "evidence", "confidence", "stands_out", "verdict"}
+    assert data["confidence"] is None and "no calibration in this folder" in data["verdict"]  # this build has none
     assert data["image_size"] == [300, 451] and data["grid"] == 14 and data["top_k"] == 64
     assert len(data["relevance"]) == 196 and len(data["topk_indices"]) == 64 and len(data["weights"]) == 3
     # the same photo file and sentence through eager model.py: the artifact did the reference's resize
     image = torch.from_numpy(load_photo(photo))[None]
     query = torch.from_numpy(text_encoder.embed(["where is the cat?"]))
     with torch.no_grad():
-        rel, topk, weights = loaded.model(image, query)
+        rel, topk, weights, evidence = loaded.model(image, query)
     assert np.abs(np.array(data["relevance"]) - rel[0].numpy()).max() <= 1e-4
     assert set(data["topk_indices"]) == set(topk[0].tolist())
     np.testing.assert_allclose(data["weights"], weights[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(list(data["evidence"].values()), evidence[0].numpy(), atol=1e-5)
     with Image.open(tmp_path / "p.png") as heat:  # scaled up to 512 px on the long side, a legend below
         assert heat.size == (512, 341 + 44)
     assert "median of 5 warm calls" in proc.stdout
@@ -169,32 +171,53 @@ def colour_photos(tmp_path_factory):
     return folder
 
 
-def test_stands_out_for_a_colour_that_is_there_and_not_otherwise(out, colour_photos):
-    """Through the published runtime (onnxruntime), as a Python caller and the JSON see it."""
+def test_the_evidence_ranks_a_colour_that_is_there_above_one_that_is_not(out, colour_photos):
+    """Through the published runtime (onnxruntime), as a Python caller sees it: the normalised map
+    cannot tell a red disc from a bare table (its top cell is 1 on both), the evidence output can."""
     import arrcoc_edge
 
     with arrcoc_edge.load(out, "onnx") as model:
         red = model.predict(colour_photos / "red-disc.png", "something red")
-        green = model.predict(colour_photos / "red-disc.png", "something green")
-        blue = model.predict(colour_photos / "red-disc.png", "something blue")
-        plain = model.predict(colour_photos / "plain.png", "something red")
-    assert red.stands_out and red.to_json()["stands_out"] is True
-    for nothing in (green, blue, plain):
-        assert not nothing.stands_out and nothing.to_json()["stands_out"] is False, nothing
-        assert nothing.contrast < red.contrast
-    assert red.relevance.max() == pytest.approx(1.0) and plain.relevance.max() == pytest.approx(1.0)  # the map cannot tell
+        others = [model.predict(colour_photos / "red-disc.png", "something green"),
+                  model.predict(colour_photos / "red-disc.png", "something blue"),
+                  model.predict(colour_photos / "plain.png", "something red")]
+    for nothing in others:
+        assert nothing.evidence["top_mean"] < red.evidence["top_mean"] and nothing.evidence["max"] < red.evidence["max"]
+    assert red.relevance.max() == pytest.approx(1.0) and others[2].relevance.max() == pytest.approx(1.0)  # the map cannot tell
+    assert red.confidence is None and red.stands_out is None  # the shared build publishes no calibration.json
 
 
-def test_predict_says_when_nothing_stands_out_and_lists_the_strongest_few(out, colour_photos, tmp_path):
+def test_predict_reads_the_folder_s_calibration(shared_build, colour_photos, tmp_path):
+    """A copy of the publish with a calibration.json of the test's own coefficients: the JSON's
+    confidence is that calibration of the JSON's own evidence, and the summary says the verdict;
+    without the file, no number."""
+    from arrcoc_edge.relevance.evidence import CALIBRATION_FILE, Calibration, percent
+
+    out = shared_build("onnx,ptl").copy(tmp_path / "copy")
+    calibration = Calibration((20.0, 0.0, 0.0, 10.0), -16.0, {"purpose": "tests/test_predict.py"})
+    (out / CALIBRATION_FILE).write_text(json.dumps(calibration.to_dict()))
+    for name in ("red-disc", "plain"):
+        proc = run_cli("predict", "--image", str(colour_photos / f"{name}.png"), "--query", "something red", "--out",
+                       str(out), "--json", str(tmp_path / f"{name}.json"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        data = json.loads((tmp_path / f"{name}.json").read_text())
+        want = float(calibration.confidence(np.asarray(list(data["evidence"].values()), np.float32)))
+        assert data["confidence"] == pytest.approx(want, abs=1e-9) and data["stands_out"] is (want >= 0.5)
+        said = "stands out" if want >= 0.5 else "nothing in this photo stands out"
+        assert f"{said} for 'something red': confidence {percent(want)}" in proc.stdout
+    (out / CALIBRATION_FILE).unlink()
+    proc = run_cli("predict", "--image", str(colour_photos / "plain.png"), "--query", "something red", "--out", str(out))
+    assert "confidence unknown for 'something red': no calibration in this folder" in proc.stdout
+
+
+def test_predict_lists_the_strongest_few(out, colour_photos, tmp_path):
     proc = run_cli("predict", "--image", str(colour_photos / "plain.png"), "--query", "something red", "--out", str(out),
                    "--json", str(tmp_path / "p.json"))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "nothing in this photo stands out for 'something red'" in proc.stdout
+    assert "confidence unknown for 'something red': no calibration in this folder" in proc.stdout
     assert "strongest 5 of the top-64 cells" in proc.stdout and "top-64 cells (row, col: relevance)" not in proc.stdout
     assert len([line for line in proc.stdout.splitlines() if line.startswith("  (")]) == 5
-    assert json.loads((tmp_path / "p.json").read_text())["stands_out"] is False
-    found = run_cli("predict", "--image", str(colour_photos / "red-disc.png"), "--query", "something red", "--out", str(out))
-    assert "stands out for 'something red'" in found.stdout and "nothing in this photo" not in found.stdout
+    assert json.loads((tmp_path / "p.json").read_text())["stands_out"] is None
     every = run_cli("predict", "--image", str(colour_photos / "red-disc.png"), "--query", "something red", "--out",
                     str(out), "--all")
     assert every.returncode == 0 and "top-64 cells (row, col: relevance), most relevant first:" in every.stdout

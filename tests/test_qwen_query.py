@@ -204,7 +204,7 @@ def test_predict_with_typed_text_answers_as_the_reference_would(built, files, to
         got = json.loads((tmp_path / "p.json").read_text())
         query = torch.from_numpy(qq.exact_query(table, qq.token_ids(tokenizer, text)))[None]
         image = torch.from_numpy(np.array(load_photo(photo)))[None]
-        rel, idx, weights = (t.numpy() for t in reference.forward(ckpt.model.state_dict(), ckpt.config, image, query))
+        rel, idx, weights, _ = (t.numpy() for t in reference.forward(ckpt.model.state_dict(), ckpt.config, image, query))
         overlap = topk_overlap(rel, idx, np.asarray([got["topk_indices"]]), 1e-3)[0][0]
         assert overlap >= 0.99, (text, overlap)
         assert np.abs(np.asarray(got["relevance"]) - rel[0]).max() < 1e-2

@@ -13,11 +13,13 @@ import torch
 
 from arrcoc_edge.relevance import reference
 from arrcoc_edge.relevance.checkpoint import load_checkpoint
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.golden import HELDOUT_PHOTOS, WHOLE_HELDOUT, _split
 from arrcoc_edge.stages.parity import LOSSLESS, topk_overlap
 
 TEXTURE_TOL = 1e-5
 RELEVANCE_TOL = 1e-4
+EVIDENCE_TOL = 1e-5  # the participatory map's own statistics: no min-max to amplify a difference
 SETTINGS = [(14, 64), (32, 200)]
 
 
@@ -40,13 +42,14 @@ def _model_and_oracle(ckpt, images, queries, run=None):
         for img, q in zip(images, queries.split(1)):
             ours.append(run(img, q))
             theirs.append([t.numpy() for t in reference.forward(ckpt.model.state_dict(), ckpt.config, img, q)])
-    stack = lambda runs: {n: np.concatenate([r[j] for r in runs]) for j, n in enumerate(("relevance", "topk_indices", "weights"))}
+    stack = lambda runs: {n: np.concatenate([r[j] for r in runs]) for j, n in enumerate(OUTPUT_NAMES)}
     return stack(ours), stack(theirs)
 
 
 def _assert_same_outputs(got, oracle, k):
     assert np.abs(got["relevance"] - oracle["relevance"]).max() <= RELEVANCE_TOL
     assert np.abs(got["weights"] - oracle["weights"]).max() <= 1e-5
+    assert np.abs(got["evidence"] - oracle["evidence"]).max() <= EVIDENCE_TOL
     overlap, strict = topk_overlap(oracle["relevance"], oracle["topk_indices"], got["topk_indices"], LOSSLESS.tie_tolerance)
     assert overlap.min() == 1.0, f"top-{k} differs from the reference: overlap {overlap}"
 
@@ -192,6 +195,24 @@ def test_a_batch_equals_single_runs_of_the_reference(loaded):
     _, alone = _model_and_oracle(loaded, images[:4], queries)
     assert np.abs(batch[0] - alone["relevance"]).max() <= RELEVANCE_TOL
     assert np.abs(oracle_batch - alone["relevance"]).max() > 1e-3  # why the difference is accepted
+
+
+def test_evidence_is_the_reference_participatory_maps_own_statistics(reference_checkpoint_path):
+    """A reference-layout checkpoint (G=32, D=2048) gets the evidence output too: the oracle's
+    statistics of its own participatory map, per photo, so a batch gives each photo's evidence
+    alone (no batch-wide min-max touches it, unlike relevance)."""
+    ckpt = load_checkpoint(reference_checkpoint_path)
+    images, queries = _photos(ckpt.config, crops=3)
+    crops = torch.cat(images[:3])
+    with torch.no_grad():
+        batch = ckpt.model(crops, queries[:3])[3].numpy()
+        oracle_batch = reference.forward(ckpt.model.state_dict(), ckpt.config, crops, queries[:3])[3].numpy()
+    _, alone = _model_and_oracle(ckpt, images[:3], queries[:3])
+    assert batch.shape == (3, 4) and batch.dtype == np.float32
+    assert np.abs(batch - alone["evidence"]).max() <= EVIDENCE_TOL
+    assert np.abs(oracle_batch - alone["evidence"]).max() <= EVIDENCE_TOL
+    top_mean, mean, low, high = batch.T
+    assert np.all((low <= mean) & (mean <= top_mean) & (top_mean <= high)) and np.all((low >= 0) & (high <= 1))
 
 
 def _onnx(ckpt, folder):

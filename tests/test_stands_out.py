@@ -1,7 +1,10 @@
-"""Whether anything stands out (arrcoc_edge/relevance/evidence.py) and what predict prints: the
-fast parts (no build). The real runtime's answers on real photos are in tests/test_predict.py."""
+"""Whether what a query asks for is in the photo (arrcoc_edge/relevance/evidence.py: the evidence
+output through a calibration) and what predict prints: the fast parts (no build). The Python
+readers on a publish are in tests/test_confidence.py, the real runtime on real photos in
+tests/test_predict.py."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -9,70 +12,83 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+COEF, BIAS = (8.0, -2.0, 1.0, 3.0), -6.0  # the test's own numbers, not a fitted calibration
 
 
-def test_contrast_is_the_same_before_and_after_the_per_photo_normalisation():
-    """The model min-maxes its balanced map per photo; the contrast of the published relevance is
-    the contrast of the map before that, exactly (an affine map keeps ratios of differences)."""
-    from arrcoc_edge.relevance.evidence import contrast
-    from arrcoc_edge.relevance.model import minmax_per_sample
+def test_the_calibration_is_a_logistic_model_of_the_evidence():
+    from arrcoc_edge.relevance.evidence import Calibration
 
-    import torch
-
-    rng = np.random.default_rng(0)
-    for scale, offset in ((0.003, 0.5), (1.0, 0.0), (40.0, -7.0)):
-        before = torch.from_numpy(rng.random((1, 196)) * scale + offset).float()
-        after = minmax_per_sample(before)
-        assert abs(contrast(before.numpy()) - contrast(after.numpy())) < 1e-5
-    assert contrast(np.zeros(196, np.float32)) == 0.0  # a flat map singles nothing out
+    calibration = Calibration(COEF, BIAS)
+    rows = np.array([[0.55, 0.50, 0.45, 0.57], [0.9, 0.6, 0.3, 0.95], [0, 0, 0, 0]], np.float32)
+    want = [1 / (1 + math.exp(-(BIAS + float(np.dot(COEF, r.astype(np.float64)))))) for r in rows]
+    np.testing.assert_allclose(calibration.confidence(rows), want, rtol=1e-12)
+    assert Calibration.from_dict(calibration.to_dict()) == calibration
+    with pytest.raises(ValueError):
+        calibration.confidence(np.zeros(3))
 
 
-def test_a_single_region_stands_out_and_a_smooth_spread_does_not():
-    from arrcoc_edge.relevance.evidence import THRESHOLD, contrast, stands_out
+@pytest.mark.parametrize("value, shown", [(0.873, "87%"), (0.5, "50%"), (0.004, "<1%"), (0.996, ">99%"),
+                                          (0.0, "0%"), (1.0, "100%")])
+def test_a_confidence_is_a_percentage_that_never_rounds_to_certainty(value, shown):
+    from arrcoc_edge.relevance.evidence import percent
 
-    blob = np.zeros((14, 14), np.float32)
-    blob[2:5, 9:12] = 1.0  # one region, the rest at the bottom: what "something red" finds on a red disc
-    ramp = np.linspace(0.0, 1.0, 196, dtype=np.float32)  # min-max stretched gradient: nothing particular
-    assert stands_out(contrast(blob)) and contrast(blob) > THRESHOLD
-    assert not stands_out(contrast(ramp))
+    assert percent(value) == shown
 
 
-def test_the_page_uses_the_same_share_and_threshold():
-    from arrcoc_edge.relevance import evidence
+def test_the_verdict_says_stands_out_at_one_half_and_never_guesses():
+    from arrcoc_edge.relevance.evidence import NO_CALIBRATION, STANDS_OUT, verdict
+
+    assert STANDS_OUT == 0.5
+    assert verdict(0.5) == "stands out: confidence 50%"
+    assert verdict(0.49, " for 'something red'") == "nothing in this photo stands out for 'something red': confidence 49%"
+    assert verdict(None) == f"confidence unknown: {NO_CALIBRATION}"
+
+
+def test_the_page_uses_the_same_strongest_share_and_calibration_format():
+    from arrcoc_edge.relevance import evidence, signature
 
     app = (REPO / "web" / "app.js").read_text()
-    found = re.search(r"const STANDS_OUT = \{ share: 1 / (\d+), threshold: ([\d.]+) \};", app)
-    assert found, "web/app.js has no STANDS_OUT constant"
-    assert abs(1 / int(found.group(1)) - evidence.TOP_SHARE) < 1e-12
-    assert float(found.group(2)) == evidence.THRESHOLD
+    share = re.search(r"const STRONGEST_SHARE = 1 / (\d+);", app)
+    assert share and abs(1 / int(share.group(1)) - signature.STRONGEST_SHARE) < 1e-12
+    found = re.search(r"const CALIBRATION = \{ file: '([^']+)', format: '([^']+)', standsOut: ([\d.]+) \};", app)
+    assert found, "web/app.js has no CALIBRATION constant"
+    assert found.groups() == (evidence.CALIBRATION_FILE, evidence.CALIBRATION_FORMAT, str(evidence.STANDS_OUT))
+    assert "THRESHOLD" not in app and "contrast(" not in app
 
 
-def _record(relevance: np.ndarray):
+def _record(relevance: np.ndarray, evidence=None, calibration=None):
     from arrcoc_edge.frontends.predict import Prediction
 
     topk = np.argsort(-relevance, kind="stable")[:64]
     return Prediction(14, 64, (768, 1024), "onnx (onnxruntime fp32)", relevance, topk,
-                      np.array([0.001, 0.002, 0.997], np.float32), 0.4)
+                      np.array([0.001, 0.002, 0.997], np.float32), 0.4, evidence, calibration)
 
 
 def test_the_summary_shows_the_strongest_cells_where_they_are_and_the_answer():
     from arrcoc_edge.frontends.predict import SHOWN_CELLS, describe
+    from arrcoc_edge.relevance.evidence import Calibration
 
     blob = np.zeros((14, 14), np.float32)
     blob[2:5, 10:13] = 0.95  # one region in the top right, its strongest cell (2,11)
     blob[2, 11] = 1.0
     blob = blob.ravel()
-    text = describe(_record(blob), "something red")
-    assert "stands out for 'something red'" in text and "nothing in this photo" not in text
-    assert "(2,11: 1.000) top right" in text
+    strong, weak = np.array([0.9, 0.6, 0.3, 0.95], np.float32), np.array([0.5, 0.5, 0.45, 0.52], np.float32)
+    calibration = Calibration(COEF, BIAS)
+    text = describe(_record(blob, strong, calibration), "something red")
+    high = calibration.confidence(strong)
+    assert f"stands out for 'something red': confidence {round(100 * float(high))}%" in text
+    assert "nothing in this photo" not in text and "(2,11: 1.000) top right" in text
     assert text.count("\n  (") == SHOWN_CELLS  # the strongest few, not the 64
     assert "weights: information 0.001, perspectival 0.002, participatory 0.997" in text
-    every = describe(_record(blob), "something red", every_cell=True)
+    every = describe(_record(blob, strong, calibration), "something red", every_cell=True)
     assert "top-64 cells (row, col: relevance)" in every and every.count("(") - every.count("(height") >= 64
 
-    flat = describe(_record(np.linspace(0, 1, 196, dtype=np.float32)), "something green")
-    assert "nothing in this photo stands out for 'something green'" in flat
-    assert "for this query embedding" in describe(_record(np.linspace(0, 1, 196, dtype=np.float32)))
+    flat = describe(_record(blob, weak, calibration), "something green")
+    assert "nothing in this photo stands out for 'something green': confidence" in flat
+    assert "the cells below are only the least unlikely" in flat
+    unknown = describe(_record(blob, strong), "something red")
+    assert "confidence unknown for 'something red': no calibration in this folder" in unknown
+    assert "for this query embedding" in describe(_record(blob, weak, calibration))
 
 
 @pytest.mark.parametrize("row,col,words", [(0, 0, "top left"), (0, 7, "top"), (7, 7, "centre"),

@@ -252,8 +252,12 @@ def test_io_contract_check(loaded):
           "query": {"mode": "input", "shape": [-1, cfg.query_dim], "dtype": "FLOAT"},
           "relevance": {"mode": "output", "shape": [-1, cfg.num_patches], "dtype": "FLOAT"},
           "topk_indices": {"mode": "output", "shape": [-1, cfg.top_k], "dtype": "INT32"},
-          "weights": {"mode": "output", "shape": [-1, 3], "dtype": "FLOAT"}}
+          "weights": {"mode": "output", "shape": [-1, 3], "dtype": "FLOAT"},
+          "evidence": {"mode": "output", "shape": [-1, 4], "dtype": "FLOAT"}}
     assert "topk_indices is INT32" in check_io(io, cfg, "test")
+    without = {k: v for k, v in io.items() if k != "evidence"}  # a plan of a graph without the evidence output
+    with pytest.raises(ExportError, match="missing 'evidence'"):
+        check_io(without, cfg, "test")
     io["weights"] = {"mode": "output", "shape": [8, 3], "dtype": "HALF"}
     with pytest.raises(ExportError, match="weights is HALF.*weights has shape"):
         check_io(io, cfg, "test")

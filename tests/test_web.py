@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -277,36 +278,76 @@ def test_upload_via_file_input_respects_exif_orientation(page, tmp_path):
     assert pg.p.evaluate("window.arrcoc.imageSize()") == [320, 240]
 
 
-def test_the_page_lists_the_strongest_cells_and_says_whether_anything_stands_out(page, tmp_path):
-    """A red disc on a grey table and the bare table, asked "something red": the answer line, its
-    data-stands-out and the page's contrast are Python's (arrcoc_edge/relevance/evidence.py) on the
-    page's own relevance; the list holds the strongest few cells, not every index."""
-    from PIL import ImageDraw
-
-    from arrcoc_edge.relevance import evidence
+def test_the_page_lists_the_strongest_cells_and_says_honestly_that_it_has_no_calibration(page, tmp_path):
+    """The shared build publishes no calibration.json: the page says so on every answer (never a
+    made-up number), its evidence is the model's own output, the list holds the strongest few
+    cells, and only the strongest cells are outlined until every top-K cell is asked for."""
+    from arrcoc_edge.relevance.signature import strongest_cells
 
     pg = page.open()
+    assert pg.p.evaluate("window.arrcoc.calibration()") == {"missing": True}
     pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
+    last = pg.p.evaluate("window.arrcoc.last()")
+    assert last["confidence"] is None and last["standsOut"] is None and len(last["evidence"]) == 4
+    assert pg.p.get_attribute("#answer", "data-stands-out") == "unknown"
+    assert pg.p.text_content("#answer").startswith("Confidence unknown: no calibration in this folder")
+    cells = pg.p.locator("#topk li").all_text_contents()
+    ranked = sorted(last["topk"], key=lambda i: -last["relevance"][i])
+    assert len(cells) == 5 and cells[0].startswith(f"row {ranked[0] // 14}, col {ranked[0] % 14}: 1.000")
+    n = strongest_cells(196)
+    assert pg.p.evaluate("window.arrcoc.overlay().cells") == ranked[:n]
+    pg.p.check("#show-topk")
+    assert sorted(pg.p.evaluate("window.arrcoc.overlay().cells")) == sorted(last["topk"])
+    assert "all 64 outlined" in pg.p.text_content("#topk-note")
+
+
+def test_the_page_reads_the_folder_s_calibration_as_python_does(browser, built, tmp_path):
+    """A copy of the published site beside a calibration.json of the test's own coefficients, as
+    `invoke serve` serves a publish (the file beside manifest.json, web/ served): the page's
+    confidence and verdict are arrcoc_edge.relevance.evidence's on the page's own evidence, for a
+    red disc on a grey table (stands out) and the bare table (does not)."""
+    from PIL import ImageDraw
+
+    from arrcoc_edge.relevance.evidence import CALIBRATION_FILE, Calibration, percent
+    from arrcoc_edge.serve import serving
+
+    shutil.copytree(built[0] / "web", tmp_path / "pub" / "web")
     rng = np.random.default_rng(0)
     table = np.clip(128 + rng.normal(0, 7, (480, 640, 3)), 0, 255).astype(np.uint8)
     disc = Image.fromarray(table)
     ImageDraw.Draw(disc).ellipse((380, 60, 540, 220), fill=(220, 30, 30))
-    seen = {}
-    for name, img in (("red-disc", disc), ("plain", Image.fromarray(table))):
-        path = tmp_path / f"{name}.png"
-        img.save(path)
-        pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(path)))
-        last = pg.p.evaluate("window.arrcoc.last()")
-        want = evidence.contrast(np.asarray(last["relevance"], np.float32))
-        assert last["contrast"] == pytest.approx(want, abs=1e-6)
-        assert last["standsOut"] is evidence.stands_out(want)
-        assert pg.p.get_attribute("#answer", "data-stands-out") == ("true" if last["standsOut"] else "false")
-        cells = pg.p.locator("#topk li").all_text_contents()
-        strongest = max(last["topk"], key=lambda i: last["relevance"][i])
-        assert len(cells) == 5 and cells[0].startswith(f"row {strongest // 14}, col {strongest % 14}: 1.000")
-        seen[name] = (last["standsOut"], pg.p.text_content("#answer"))
-    assert seen["red-disc"][0] is True and seen["plain"][0] is False
-    assert seen["plain"][1].startswith("Nothing in this photo stands out")
+    with serving(tmp_path / "pub" / "web") as url:
+        pg = Page(browser, url)
+        try:
+            pg.p.goto(url)  # the page without calibration first, to read the evidence it gets
+            pg.p.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+            pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
+            found = {}
+            for name, img in (("red-disc", disc), ("plain", Image.fromarray(table))):
+                img.save(tmp_path / f"{name}.png")
+                pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(tmp_path / f"{name}.png")))
+                found[name] = np.asarray(pg.p.evaluate("window.arrcoc.last().evidence"), np.float64)
+            # a calibration whose cut lies between the two photos' evidence: both verdicts occur
+            coef = np.array([20.0, 0.0, 0.0, 10.0])  # the strongest cells and the highest one
+            middle = (found["red-disc"] + found["plain"]) / 2
+            calibration = Calibration(tuple(coef), float(-coef @ middle), {"purpose": "tests/test_web.py"})
+            (tmp_path / "pub" / CALIBRATION_FILE).write_text(json.dumps(calibration.to_dict()))
+            pg.open()
+            pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
+            seen = {}
+            for name in found:
+                pg.wait_result_change(lambda: pg.p.set_input_files("#file", str(tmp_path / f"{name}.png")))
+                last = pg.p.evaluate("window.arrcoc.last()")
+                want = float(calibration.confidence(np.asarray(last["evidence"], np.float32)))
+                assert last["confidence"] == pytest.approx(want, abs=1e-9)
+                assert last["standsOut"] is (want >= 0.5)
+                assert percent(want) in pg.p.text_content("#answer")
+                seen[name] = (last["standsOut"], pg.p.text_content("#answer"))
+            assert seen["red-disc"][0] is True and seen["red-disc"][1].startswith("Stands out:")
+            assert seen["plain"][0] is False and seen["plain"][1].startswith("Nothing in this photo stands out")
+            assert pg.errors == [], pg.errors
+        finally:
+            pg.p.close()
 
 
 def test_upload_via_drop_with_transparency(page):
@@ -371,8 +412,7 @@ def test_whole_non_square_photo_is_fed_at_its_own_size_and_cells_cover_it(page, 
     ov = pg.p.evaluate("window.arrcoc.overlay()")
     assert ov["photo"] == [w, h] and ov["grid"] == grid
     assert ov["cell"] == pytest.approx([w / grid, h / grid], abs=GRID_CELL_TOL) and ov["cell"][0] != ov["cell"][1]
-    topk = pg.p.evaluate("window.arrcoc.last().topk")
-    np.testing.assert_allclose(ov["boxes"], [cell_box(i, grid, h, w) for i in topk], atol=1e-6)
+    np.testing.assert_allclose(ov["boxes"], [cell_box(i, grid, h, w) for i in ov["cells"]], atol=1e-6)
     dw, dh = ov["canvas"]
     assert abs(dw / dh - w / h) < 2 / min(dw, dh)  # the canvas has the photo's aspect (to a pixel)
     shown = pg.p.evaluate("(() => { const r = document.getElementById('heat').getBoundingClientRect();"

@@ -82,6 +82,7 @@ async function runModel(name, image, height, width, query, batch = 1) {
   return {
     relevance: Float32Array.from(out.relevance.data),
     weights: Float32Array.from(out.weights.data),
+    evidence: Float32Array.from(out.evidence.data),  // [b,4]: config.json evidence_names
     topk: Array.from(out.topk_indices.data, Number),  // int64 arrives as BigInt64Array
     ms,
   };
@@ -352,15 +353,16 @@ function drawResult(res) {
   });
   const line = Math.max(1, Math.round(Math.min(dw, dh) / 224));
   g.lineWidth = line;
-  for (const i of res.topk) {
+  const outlined = outlinedCells(res, G);
+  for (const i of outlined) {
     const [x, y, w, h] = box(i);
     g.strokeStyle = '#000'; g.strokeRect(x + line / 2, y + line / 2, w - line, h - line);
     g.strokeStyle = '#fff'; g.strokeRect(x + 1.5 * line, y + 1.5 * line, w - 3 * line, h - 3 * line);
   }
   const { width: W, height: H } = state.image;
-  state.overlay = { photo: [W, H], canvas: [dw, dh], grid: G, cell: [W / G, H / G],
-                    // the top-K cells in photo pixels: [left, top, right, bottom] (pipeline/publishing/overlay.py's cell_box)
-                    boxes: res.topk.map((i) => [(i % G) * W / G, Math.floor(i / G) * H / G,
+  state.overlay = { photo: [W, H], canvas: [dw, dh], grid: G, cell: [W / G, H / G], cells: outlined,
+                    // the outlined cells in photo pixels: [left, top, right, bottom] (pipeline/publishing/overlay.py's cell_box)
+                    boxes: outlined.map((i) => [(i % G) * W / G, Math.floor(i / G) * H / G,
                                                 (i % G + 1) * W / G, (Math.floor(i / G) + 1) * H / G]) };
   heat.dataset.drawn = '1';
   ['w0', 'w1', 'w2'].forEach((id, k) => {
@@ -384,21 +386,71 @@ function drawResult(res) {
   showAnswer(res, G);
 }
 
-// Whether anything stands out: relevance is min-max normalised per photo (its top cell is always
-// 1), so the page reads the map's contrast, exactly as arrcoc_edge/relevance/evidence.py does:
-// (mean of the strongest cells - the median cell) / (highest - lowest). The share and threshold
-// are evidence.py's TOP_SHARE and THRESHOLD (tests/test_web.py holds them equal).
-const STANDS_OUT = { share: 1 / 24, threshold: 0.86 };
+// ---------- the verdict: the model's evidence output through the folder's calibration ----------
+// relevance is min-max normalised per photo (its top cell is always 1), so it cannot say whether
+// anything is there. The model's `evidence` output (config.json evidence_names: the participatory
+// map before any min-max) can: calibration.json, published beside manifest.json and served next to
+// this page, maps it to a confidence (arrcoc_edge/relevance/evidence.py's Calibration, computed the
+// same way here; tests/test_web.py holds the two equal). No calibration: no number, and the page says so.
+const CALIBRATION = { file: 'calibration.json', format: 'arrcoc-edge/confidence-calibration/1', standsOut: 0.5 };
+const STRONGEST_SHARE = 1 / 24;  // arrcoc_edge.relevance.signature.STRONGEST_SHARE
 const SHOWN_CELLS = 5;
 
-function contrast(relevance) {
-  const r = Array.from(relevance).sort((a, b) => a - b);
-  const span = r[r.length - 1] - r[0];
-  if (!(span > 0)) return 0;
-  const n = Math.max(1, Math.min(r.length, Math.round(r.length * STANDS_OUT.share)));
-  const top = r.slice(r.length - n).reduce((a, b) => a + b, 0) / n;
-  const mid = r.length % 2 ? r[(r.length - 1) / 2] : (r[r.length / 2 - 1] + r[r.length / 2]) / 2;
-  return (top - mid) / span;
+// The strongest cells of a G x G map: the ones the answer rests on (signature.strongest_cells).
+function strongestCells(cells) { return Math.max(1, Math.min(cells, Math.round(cells * STRONGEST_SHARE))); }
+
+// { coef, bias } from calibration.json, or { missing } / { error } saying why there is none.
+async function loadCalibration() {
+  let r;
+  try { r = await fetch(CALIBRATION.file); } catch (e) { return { missing: true }; }
+  if (r.status === 404) return { missing: true };
+  try {
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    const c = await r.json();
+    const names = state.config.evidence_names || [];
+    const numbers = Array.isArray(c.coef) ? [...c.coef, c.bias] : [];
+    if (c.format !== CALIBRATION.format || c.model !== 'logistic' || JSON.stringify(c.features) !== JSON.stringify(names)
+        || numbers.length !== names.length + 1 || !numbers.every((v) => typeof v === 'number' && Number.isFinite(v))) {
+      throw new Error(`not a ${CALIBRATION.format} calibration of ${names.join(', ')}`);
+    }
+    return { coef: c.coef, bias: c.bias };
+  } catch (e) {
+    return { error: String(e.message || e) };
+  }
+}
+
+// The probability that what the query asks for is in the photo, or null without a calibration.
+function confidenceOf(evidence, cal) {
+  if (!cal || !cal.coef || !evidence || evidence.length !== cal.coef.length) return null;
+  let z = cal.bias;
+  for (let i = 0; i < evidence.length; i++) z += cal.coef[i] * evidence[i];
+  return 1 / (1 + Math.exp(-Math.min(60, Math.max(-60, z))));
+}
+
+// 0.873 -> "87%"; never "0%" or "100%" for a probability strictly between them (predict.py's percent).
+function percent(v) {
+  const shown = Math.round(100 * v);
+  if (shown === 0 && v > 0) return '<1%';
+  if (shown === 100 && v < 1) return '>99%';
+  return `${shown}%`;
+}
+
+// The top-K cells most relevant first; outlined: the strongest few, or all K when asked for.
+function rankedTopk(res) { return [...res.topk].sort((a, b) => res.relevance[b] - res.relevance[a]); }
+function outlinedCells(res, G) {
+  const order = rankedTopk(res);
+  return $('show-topk') && $('show-topk').checked ? order : order.slice(0, strongestCells(G * G));
+}
+
+function verdictText(res) {
+  const cal = state.calibration || { missing: true };
+  if (res.confidence !== null) {
+    return res.standsOut ? `Stands out: ${percent(res.confidence)} confident it is in this photo.`
+      : `Nothing in this photo stands out for this query: ${percent(res.confidence)} confident it is there; ` +
+        'the outlined cells are only where the model looks.';
+  }
+  if (cal.error) return `Confidence unknown: this folder's calibration.json is not one this page reads (${cal.error}).`;
+  return 'Confidence unknown: no calibration in this folder (the outlined cells are where the model looks, whatever is there).';
 }
 
 // A cell's place in words, by thirds of the photo (arrcoc_edge/frontends/predict.py's where).
@@ -410,17 +462,12 @@ function where(row, col, G) {
 }
 
 function showAnswer(res, G) {
-  const value = contrast(res.relevance);
-  const standsOut = value >= STANDS_OUT.threshold;
-  res.contrast = value;
-  res.standsOut = standsOut;
+  res.confidence = confidenceOf(res.evidence, state.calibration);
+  res.standsOut = res.confidence === null ? null : res.confidence >= CALIBRATION.standsOut;
   const answer = $('answer');
-  answer.dataset.standsOut = standsOut ? 'true' : 'false';
-  answer.textContent = standsOut
-    ? `Something stands out for this query (contrast ${value.toFixed(2)}).`
-    : `Nothing in this photo stands out for this query (contrast ${value.toFixed(2)}, below ` +
-      `${STANDS_OUT.threshold.toFixed(2)}): the outlined cells are only the least unlikely.`;
-  const order = [...res.topk].sort((a, b) => res.relevance[b] - res.relevance[a]);
+  answer.dataset.standsOut = res.standsOut === null ? 'unknown' : String(res.standsOut);
+  answer.textContent = verdictText(res);
+  const order = rankedTopk(res);
   const list = $('topk');
   list.replaceChildren(...order.slice(0, SHOWN_CELLS).map((i) => {
     const li = document.createElement('li');
@@ -428,8 +475,9 @@ function showAnswer(res, G) {
     li.textContent = `row ${row}, col ${col}: ${res.relevance[i].toFixed(3)} (${where(row, col, G)})`;
     return li;
   }));
-  $('topk-note').textContent = `the strongest ${Math.min(SHOWN_CELLS, order.length)} of the ${order.length} ` +
-    'outlined cells (row and column from the top left)';
+  const outlined = outlinedCells(res, G).length;
+  $('topk-note').textContent = `the strongest ${Math.min(SHOWN_CELLS, order.length)} of the ${order.length} top-K cells ` +
+    `(row and column from the top left); ${outlined === order.length ? `all ${outlined}` : `the strongest ${outlined}`} outlined`;
 }
 
 function showPhoto(bmp) {
@@ -597,9 +645,10 @@ async function loadBundle() {
 // when it is a tie at the K-th place (its reference score within `tie` of the K-th score) and it
 // replaces a reference pick that is itself within `tie` of it; the strict overlap is kept too.
 function compare(res, ref, n, k, tie = 0) {
-  let relMax = 0, wMax = 0, overlap = 0, strict = 0, overlapMin = 1;
+  let relMax = 0, wMax = 0, eMax = 0, overlap = 0, strict = 0, overlapMin = 1;
   for (let i = 0; i < res.relevance.length; i++) relMax = Math.max(relMax, Math.abs(res.relevance[i] - ref.relevance[i]));
   for (let i = 0; i < res.weights.length; i++) wMax = Math.max(wMax, Math.abs(res.weights[i] - ref.weights[i]));
+  for (let i = 0; i < (res.evidence || []).length; i++) eMax = Math.max(eMax, Math.abs(res.evidence[i] - ref.evidence[i]));
   const patches = ref.relevance.length / n;
   for (let s = 0; s < n; s++) {
     const scores = ref.relevance.slice(s * patches, (s + 1) * patches);
@@ -614,7 +663,7 @@ function compare(res, ref, n, k, tie = 0) {
     strict += common / k / n;
     overlapMin = Math.min(overlapMin, withTies);
   }
-  return { relevance_max_abs: relMax, weights_max_abs: wMax, topk_overlap_mean: overlap,
+  return { relevance_max_abs: relMax, weights_max_abs: wMax, evidence_max_abs: eMax, topk_overlap_mean: overlap,
            topk_overlap_strict_mean: strict, topk_overlap_min: overlapMin };
 }
 
@@ -631,12 +680,13 @@ async function selfCheck() {
   const rows = [];
   for (const m of state.config.models) {
     const tie = m.browser_gate.tie_tolerance || 0;
-    const per = [], all = { relevance: [], weights: [], topk: [] }, refs = { relevance: [], weights: [], topk: [] };
+    const per = [], all = { relevance: [], weights: [], evidence: [], topk: [] };
+    const refs = { relevance: [], weights: [], evidence: [], topk: [] };
     for (const sample of meta.samples) {
       const [, h, w] = sample.arrays.image.shape;
       const res = await runModel(m.name, arr(sample, 'image'), h, w, arr(sample, 'query'), 1);
       const ref = { relevance: arr(sample, `${m.name}.relevance`), weights: arr(sample, `${m.name}.weights`),
-                    topk: arr(sample, `${m.name}.topk_indices`) };
+                    evidence: arr(sample, `${m.name}.evidence`), topk: arr(sample, `${m.name}.topk_indices`) };
       per.push({ name: sample.name, size: [w, h], metrics: compare(res, ref, 1, k, tie), ms: res.ms });
       for (const key of Object.keys(all)) { all[key].push(...res[key]); refs[key].push(...ref[key]); }
     }
@@ -658,16 +708,18 @@ function renderSelfCheck(rows, reference) {
   const body = rows.map((r) => {
     const samples = r.perSample.map((s) => `<tr class="sample" data-sample="${esc(s.name)}"><td></td><td></td>` +
       `<td>${esc(s.name)} (${s.size[0]}×${s.size[1]})</td><td>${fmt(s.metrics.relevance_max_abs)}</td>` +
-      `<td>${fmt(s.metrics.weights_max_abs)}</td><td>${s.metrics.topk_overlap_mean.toFixed(3)}</td>` +
+      `<td>${fmt(s.metrics.weights_max_abs)}</td><td>${fmt(s.metrics.evidence_max_abs)}</td>` +
+      `<td>${s.metrics.topk_overlap_mean.toFixed(3)}</td>` +
       `<td>${s.ms.toFixed(1)} ms</td></tr>`).join('');
     return `<tr><td>${r.model.toUpperCase()}</td>` +
       `<td class="${r.passed ? 'pass' : 'fail'}" data-status="${r.passed ? 'pass' : 'fail'}">${r.passed ? 'PASS' : 'FAIL: ' + esc(r.failures.join('; '))}</td>` +
       `<td>all ${r.samples}</td><td>${fmt(r.metrics.relevance_max_abs)}</td><td>${fmt(r.metrics.weights_max_abs)}</td>` +
-      `<td>${r.metrics.topk_overlap_mean.toFixed(3)}</td><td></td></tr>${samples}`;
+      `<td>${fmt(r.metrics.evidence_max_abs)}</td><td>${r.metrics.topk_overlap_mean.toFixed(3)}</td><td></td></tr>${samples}`;
   }).join('');
   $('selfcheck-result').innerHTML = `<h2>Self-check vs ${esc(reference)}</h2>` +
     '<p class="hint">Each sample is one whole photo as the model takes it (uint8, its own size), run alone.</p>' +
-    '<table><tr><th>model</th><th>gate</th><th>sample</th><th>relevance max err</th><th>weights max err</th><th>top-K overlap</th><th>time</th></tr>' +
+    '<table><tr><th>model</th><th>gate</th><th>sample</th><th>relevance max err</th><th>weights max err</th>' +
+    '<th>evidence max err</th><th>top-K overlap</th><th>time</th></tr>' +
     `${body}</table>${decodeGapHtml()}`;
   $('selfcheck-result').dataset.status = rows.every((r) => r.passed) ? 'pass' : 'fail';
 }
@@ -729,7 +781,8 @@ window.arrcoc = {
     const image = await fetchBytes(imageUrl);
     if (image.length !== b * h * w * 3) throw new Error(`${imageUrl}: ${image.length} bytes, expected ${b}x${h}x${w}x3`);
     const r = await runModel(model, image, h, w, b64ToF32(queryB64), b);
-    return { relevance: f32ToB64(r.relevance), weights: f32ToB64(r.weights), topk: r.topk, ms: r.ms };
+    return { relevance: f32ToB64(r.relevance), weights: f32ToB64(r.weights), evidence: f32ToB64(r.evidence),
+             topk: r.topk, ms: r.ms };
   },
   // An image file (by URL) decoded exactly as the page decodes a user's photo: uint8 RGB [H,W,3] (base64).
   async decodeUrl(url) {
@@ -782,7 +835,9 @@ window.arrcoc = {
   // The drawn overlay: photo and canvas sizes, the cell size in photo pixels, the top-K cells' boxes.
   overlay: () => state.overlay,
   firstResultMs: () => state.firstResultMs,
-  last: () => state.last && { ...state.last, relevance: Array.from(state.last.relevance), weights: Array.from(state.last.weights) },
+  last: () => state.last && { ...state.last, relevance: Array.from(state.last.relevance), weights: Array.from(state.last.weights),
+                              evidence: Array.from(state.last.evidence) },
+  calibration: () => state.calibration,
   textEnabled: () => Boolean(state.config && state.config.text_encoder),
 };
 
@@ -804,6 +859,7 @@ function wire() {
   $('model').addEventListener('change', () => guarded(runCurrent));
   $('run').addEventListener('click', () => guarded(runCurrent));
   $('selfcheck').addEventListener('click', () => guarded(async () => sayVerdict(await selfCheck())));
+  $('show-topk').addEventListener('change', () => { if (state.last) drawResult(state.last); });
 }
 
 function populate() {
@@ -834,6 +890,7 @@ async function main() {
   try {
     state.config = await fetchJson('config.json');
     state.presets = await fetchJson(state.config.presets);
+    state.calibration = await loadCalibration();
   } catch (e) {
     showMessage(`This build is incomplete (${e.message}). Rebuild with "invoke build --target web".`);
     setState('error');

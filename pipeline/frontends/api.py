@@ -133,9 +133,11 @@ class Prediction:
     relevance: float32 [G, G] (row-major cells over the whole photo); top_k: [(row, col), ...] the
     selected cells, most relevant first (the JSON's topk_indices as cells); k: how many (K, the
     number the JSON calls "top_k"); weights: {"information", "perspectival", "participatory"};
-    contrast: how far the strongest cells stand out from the rest before the per-photo
-    normalisation (0..1); stands_out: contrast at or above the measured threshold (False: nothing
-    in the photo answers the query, whatever the top cells are);
+    evidence: {"top_mean", "mean", "min", "max"}, how strongly the query matched before the
+    per-photo normalisation (the model's `evidence` output); confidence: the probability that what
+    the query asks for is in the photo, from the folder's calibration.json (None when the folder has
+    none: `verdict` says so); stands_out: confidence >= 0.5 (None without a confidence);
+    verdict: the answer in a few words, as `invoke predict` prints it;
     image_size: (height, width) of the photo as decoded; source: the photo's path when it was a file.
     to_json() is the dict `invoke predict --json` writes; heatmap() the picture `--heatmap` saves."""
 
@@ -151,10 +153,18 @@ class Prediction:
     image_size = property(lambda self: tuple(self.record.image_size))
     runtime = property(lambda self: self.record.runtime)
     milliseconds = property(lambda self: self.record.milliseconds)  # the runtime call's wall time
-    # relevance is normalised per photo (its top cell is always 1); these say whether anything in
-    # the photo singles itself out for the query (arrcoc_edge.relevance.evidence)
-    contrast = property(lambda self: self.record.contrast)
+    # relevance is normalised per photo (its top cell is always 1); these say whether what the
+    # query asks for is in the photo (the evidence output through the folder's calibration)
+    confidence = property(lambda self: self.record.confidence)
     stands_out = property(lambda self: self.record.stands_out)
+    verdict = property(lambda self: pr.verdict(self.record))
+
+    @property
+    def evidence(self) -> dict[str, float] | None:
+        from arrcoc_edge.relevance.signature import EVIDENCE_NAMES
+
+        found = self.record.evidence
+        return None if found is None else {name: float(v) for name, v in zip(EVIDENCE_NAMES, found)}
 
     @property
     def relevance(self) -> np.ndarray:
@@ -185,7 +195,7 @@ class Prediction:
     def __repr__(self) -> str:
         h, w = self.image_size
         return (f"Prediction({self.source or 'array'}, {h} x {w} px, grid {self.grid}, top cell {self.top_k[0]}, "
-                f"stands_out={self.stands_out} (contrast {self.contrast:.2f}), runtime {self.runtime!r})")
+                f"{self.verdict}, runtime {self.runtime!r})")
 
 
 def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int | None = None,
@@ -215,6 +225,7 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
     if not manifest.get("checkpoint", {}).get("model"):
         raise InputError(f"{root}'s manifest.json names no checkpoint.model (grid, top_k, query_dim)",
                          "rebuild that folder with `invoke build`")
+    calibration = pr.read_calibration(base, root)  # checked before anything loads
     encoder = _encoder_ahead(manifest["checkpoint"]["model"]["query_dim"], base, manifest, target_table.TARGETS,
                              verbose) if sentences else None
     try:
@@ -224,7 +235,7 @@ def load(folder: str | os.PathLike, runtime: str | None = None, *, threads: int 
         if encoder is not None:
             _close_ahead(encoder)
         raise
-    model = Model(root, base, manifest, target_table.TARGETS, name, runner, verbose)
+    model = Model(root, base, manifest, target_table.TARGETS, name, runner, verbose, calibration)
     model._encoder_load = encoder
     return model
 
@@ -275,13 +286,15 @@ class Model:
     """A published runtime kept open: predict() costs the model's time plus a small overhead
     (`invoke bench` measures it). Close it (or use `with load(...) as model:`) to free the runtime."""
 
-    def __init__(self, folder: Path, base: Path, manifest: dict, targets: dict, name: str, runner, verbose: bool):
+    def __init__(self, folder: Path, base: Path, manifest: dict, targets: dict, name: str, runner, verbose: bool,
+                 calibration=None):
         settings = manifest["checkpoint"]["model"]
         self.folder, self.manifest, self.name = folder, manifest, name
         self.grid, self.top_k, self.query_dim = settings["grid"], settings["top_k"], settings["query_dim"]
         self.runtime = f"{name} ({runner.runtime})"  # as the JSON's "runtime" says it
         self._base, self._targets, self._runner, self._verbose = base, targets, runner, verbose
         self._texts: dict[str, np.ndarray] = {}
+        self.calibration = calibration  # the folder's calibration.json (None: it has none)
         self._encoder = None  # the sentence encoder, loaded on the first sentence (queries.sentence_encoder)
         self._encoder_load = None  # or on a thread since load(..., sentences=True): a Future
         self._quiet_calls = True  # the first call of a runtime prints its own notices (XNNPACK's cpuinfo)
@@ -326,9 +339,10 @@ class Model:
         inputs = {"image": pixels[None], "query": self._query_row(query)}
         outs, ms = self._call(inputs)
         relevance, weights = outs["relevance"][0], outs["weights"][0]
+        found = outs.get("evidence")
         record = pr.Prediction(self.grid, self.top_k, pixels.shape[:2], self.runtime, relevance,
-                               outs["topk_indices"][0], weights, ms)
-        if not math.isfinite(float(relevance.sum()) + float(weights.sum())):
+                               outs["topk_indices"][0], weights, ms, None if found is None else found[0], self.calibration)
+        if not math.isfinite(float(relevance.sum()) + float(weights.sum()) + (0.0 if found is None else float(found.sum()))):
             pr.check_finite(record)
         return Prediction(record, source, source or pixels)
 
@@ -341,7 +355,8 @@ class Model:
                 outs, ms = pr.timed(self._open_runner(), inputs)
         else:
             outs, ms = self._call(inputs)
-        record = pr.predictions(outs, [pixels.shape[:2]], self.grid, self.top_k, self.runtime, ms)[0]
+        record = pr.predictions(outs, [pixels.shape[:2]], self.grid, self.top_k, self.runtime, ms,
+                                calibration=self.calibration)[0]
         return Prediction(record, source, source or pixels)
 
     def predict_many(self, photos: Iterable, query, batch_size: int = 8, progress: bool = False,
@@ -397,7 +412,7 @@ class Model:
             images = batch[0][1][None] if len(batch) == 1 else np.stack([pixels for _, pixels, _ in batch])
         outs, ms = self._call({"image": images, "query": np.repeat(vector, len(batch), axis=0)})
         rows = pr.predictions(outs, [pixels.shape[:2] for _, pixels, _ in batch], self.grid, self.top_k,
-                              self.runtime, ms / len(batch), checked=False)
+                              self.runtime, ms / len(batch), checked=False, calibration=self.calibration)
         finite = pr.finite_rows(outs)
         for (photo, pixels, source), record, ok in zip(batch, rows, finite):
             if not ok:

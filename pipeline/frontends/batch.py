@@ -342,12 +342,11 @@ def process_age() -> float:
 
 def line(p, query: str | None) -> str:
     """One prediction as one line: the photo, its size (height x width, as the JSON), whether
-    anything stands out (and the contrast), the top cell and the three weights."""
+    anything stands out (with the confidence, or why there is none), the top cell and the three weights."""
     h, w = p.image_size
     (row, col), weights = p.top_k[0], p.weights
     asked = f", query {query!r}" if query is not None else ""
-    verdict = "stands out" if p.stands_out else "nothing stands out"
-    return (f"{one_line_name(p.source)}: {h} x {w} px{asked}, {verdict} (contrast {p.contrast:.2f}), "
+    return (f"{one_line_name(p.source)}: {h} x {w} px{asked}, {p.verdict}, "
             f"top cell ({row},{col}) {p.relevance[row, col]:.3f}, "
             + ", ".join(f"{k} {v:.3f}" for k, v in weights.items()))
 

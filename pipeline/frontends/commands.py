@@ -168,7 +168,8 @@ def _runtimes_help() -> str:
             "query_embedding": "float32 .npy of shape [D]: the query embedding, for any checkpoint",
             "out": "output folder with published artifacts; default: artifacts/",
             "runtime": _runtimes_help(),
-            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights, contrast, stands_out} to this file "
+            "json": "write {grid, top_k, image_size, runtime, relevance, topk_indices, weights, evidence, confidence, stands_out, verdict} "
+                    "to this file "
                     "(several photos or queries: one JSON line each, with photo and query, e.g. --json out.jsonl)",
             "heatmap": "write the photo with the relevance map (the web page's colours), the top-K cells outlined and "
                        "a legend: .png (or .jpg, .webp); several photos or queries: a folder for the heatmaps; short flag -e",

@@ -19,14 +19,16 @@ import numpy as np
 from arrcoc_edge.errors import InputError, install_fix
 from arrcoc_edge.frontends.redirect import fds_to
 from arrcoc_edge.publishing.reading import check_variant_files
-from arrcoc_edge.relevance import evidence
-from arrcoc_edge.relevance.signature import WAYS_OF_KNOWING
+from arrcoc_edge.relevance.evidence import CALIBRATION_FILE, NO_CALIBRATION, STANDS_OUT, Calibration
+from arrcoc_edge.relevance.evidence import verdict as said
+from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, WAYS_OF_KNOWING
 from arrcoc_edge.stages.target import Target
 
 # When no bench.json says otherwise: the order `invoke bench` measured on CPU at batch 1
 # (onnxruntime FP32 fastest; see the README's benchmark table).
 PREFERRED = ("onnx", "onnx-int8", "executorch", "ptl")
 TIMED_CALLS = 5  # after one untimed warm-up call: the median is what a running app sees per photo
+NO_EVIDENCE = "this folder's model has no evidence output (published by an older build)"
 
 
 @dataclass
@@ -39,24 +41,61 @@ class Prediction:
     topk_indices: np.ndarray  # [K]
     weights: np.ndarray  # [3]
     milliseconds: float  # median of TIMED_CALLS warm calls
+    # [4] in EVIDENCE_NAMES order: how strongly the query matched, before any min-max (None: a
+    # model published before the output existed)
+    evidence: np.ndarray | None = None
+    calibration: Calibration | None = None  # the folder's calibration.json (None: it has none)
 
     @property
-    def contrast(self) -> float:
-        """How far the strongest cells stand above the median cell of the map before its per-photo
-        normalisation, as a share of that map's range (arrcoc_edge.relevance.evidence)."""
-        return evidence.contrast(self.relevance)
+    def confidence(self) -> float | None:
+        """The probability that what the query asks for is in the photo: the folder's calibration
+        of the evidence. None when the folder has no calibration (or its model no evidence)."""
+        if self.evidence is None or self.calibration is None:
+            return None
+        return float(self.calibration.confidence(self.evidence))
 
     @property
-    def stands_out(self) -> bool:
-        """Whether anything in the photo singles itself out for the query (contrast >= the threshold)."""
-        return evidence.stands_out(self.contrast)
+    def stands_out(self) -> bool | None:
+        """confidence >= STANDS_OUT; None when there is no confidence."""
+        value = self.confidence
+        return None if value is None else value >= STANDS_OUT
+
+    @property
+    def unknown(self) -> str | None:
+        """Why there is no confidence (None when there is one)."""
+        if self.evidence is None:
+            return NO_EVIDENCE
+        return NO_CALIBRATION if self.calibration is None else None
 
     def to_json(self) -> dict:
-        value = self.contrast
+        found = None if self.evidence is None else dict(zip(EVIDENCE_NAMES, (float(x) for x in self.evidence)))
         return {"grid": self.grid, "top_k": self.top_k, "image_size": list(self.image_size), "runtime": self.runtime,
                 "relevance": [float(x) for x in self.relevance], "topk_indices": [int(i) for i in self.topk_indices],
-                "weights": [float(w) for w in self.weights], "contrast": value,
-                "stands_out": evidence.stands_out(value)}
+                "weights": [float(w) for w in self.weights], "evidence": found,
+                "confidence": self.confidence, "stands_out": self.stands_out, "verdict": verdict(self)}
+
+
+def verdict(p: Prediction, asked: str = "") -> str:
+    """The answer in a few words (arrcoc_edge.relevance.evidence.verdict), or why there is no
+    confidence. asked: the query as the sentence names it (" for 'something red'"), or nothing."""
+    return said(p.confidence, asked, p.unknown or NO_CALIBRATION)
+
+
+def read_calibration(folder: Path, shown: Path | None = None) -> Calibration | None:
+    """The published folder's calibration.json (None when it has none: published by an older
+    build, or by a build without the calibration stage). A file there that is not a calibration
+    is one InputError, never a made-up confidence."""
+    from arrcoc_edge.publishing.folder_state import read_state_json
+
+    shown_path = (shown or folder) / CALIBRATION_FILE
+    fix = "rebuild that folder with `invoke build` (its calibration.json was edited or copied from another build)"
+    data = read_state_json(folder / CALIBRATION_FILE, 1 << 20, lambda path, why: InputError(f"{shown_path} {why}", fix))
+    if data is None:
+        return None
+    try:
+        return Calibration.from_dict(data)
+    except ValueError as exc:
+        raise InputError(f"{shown_path} is not a calibration this version reads ({exc})", fix) from exc
 
 
 def runnable(manifest: dict, targets: dict) -> dict[str, tuple[str, str]]:
@@ -227,11 +266,14 @@ def checked_runner(out: Path, manifest: dict, target: Target, variant: str, show
 
 
 def predictions(outs: dict, sizes: list[tuple[int, int]], grid: int, top_k: int, runtime: str,
-                ms: float, checked: bool = True) -> list[Prediction]:
+                ms: float, checked: bool = True, calibration: Calibration | None = None) -> list[Prediction]:
     """One Prediction per row of a batch's outputs (sizes: each photo's (H, W)), each checked
     (check_finite) unless the caller checks the rows itself (finite_rows)."""
     relevance, topk, weights = (np.asarray(outs[name]) for name in ("relevance", "topk_indices", "weights"))
-    found = [Prediction(grid, top_k, size, runtime, relevance[i], topk[i], weights[i], ms) for i, size in enumerate(sizes)]
+    found_evidence = outs.get("evidence")
+    rows = [None] * len(sizes) if found_evidence is None else np.asarray(found_evidence)
+    found = [Prediction(grid, top_k, size, runtime, relevance[i], topk[i], weights[i], ms, rows[i], calibration)
+             for i, size in enumerate(sizes)]
     if checked and not all(finite_rows(outs)):
         for p in found:
             check_finite(p)
@@ -242,9 +284,11 @@ def finite_rows(outs: dict) -> list[bool]:
     """Per row of a batch: are its relevance and weights finite? One reduction when all are (a sum
     of finite values of order 1 stays finite), row by row only when not."""
     relevance, weights = np.asarray(outs["relevance"]), np.asarray(outs["weights"])
-    if np.isfinite(relevance.sum() + weights.sum()):
+    found = np.asarray(outs["evidence"]) if "evidence" in outs else np.zeros((len(relevance), 1), np.float32)
+    if np.isfinite(relevance.sum() + weights.sum() + found.sum()):
         return [True] * len(relevance)
-    return [bool(np.isfinite(r).all() and np.isfinite(w).all()) for r, w in zip(relevance, weights)]
+    return [bool(np.isfinite(r).all() and np.isfinite(w).all() and np.isfinite(e).all())
+            for r, w, e in zip(relevance, weights, found)]
 
 
 def timed(runner, inputs: dict) -> tuple[dict, float]:
@@ -261,7 +305,8 @@ def timed(runner, inputs: dict) -> tuple[dict, float]:
 
 def check_finite(p: Prediction) -> None:
     """Never print or save NaN as an answer: non-finite outputs are refused with one line."""
-    if not (np.isfinite(p.relevance).all() and np.isfinite(p.weights).all()):
+    finite_evidence = p.evidence is None or np.isfinite(p.evidence).all()
+    if not (np.isfinite(p.relevance).all() and np.isfinite(p.weights).all() and finite_evidence):
         raise InputError(f"the model's output for this photo and query holds NaN or infinite values ({p.runtime})",
                          "check the query (an embedding of ordinary, finite values) and the photo")
 
@@ -308,13 +353,14 @@ def describe(p: Prediction, query: str | None = None, every_cell: bool = False) 
 
 
 def answer_line(p: Prediction, query: str | None) -> str:
-    """Whether anything stands out: relevance is normalised per photo (its top cell is always 1),
-    the contrast is not."""
-    asked = f"for {query!r}" if query is not None else "for this query embedding"
-    if not p.stands_out:
-        return (f"nothing in this photo stands out {asked} (contrast {p.contrast:.2f}, below "
-                f"{evidence.THRESHOLD:.2f}): the cells below are only the least unlikely")
-    return f"stands out {asked}: contrast {p.contrast:.2f} (at least {evidence.THRESHOLD:.2f})"
+    """Whether what the query asks for is in the photo (relevance is normalised per photo, its top
+    cell always 1: the confidence is read from the evidence output, through the folder's calibration)."""
+    said = verdict(p, f" for {query!r}" if query is not None else " for this query embedding")
+    if p.stands_out is False:
+        return f"{said}: the cells below are only the least unlikely"
+    if p.stands_out is None:
+        return f"{said} (the cells below are where the model looks, whatever is there)"
+    return said
 
 
 def where(row: int, col: int, grid: int) -> str:

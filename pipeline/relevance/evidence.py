@@ -1,21 +1,18 @@
-"""Whether anything in a photo stands out for a query, read from the model's own outputs.
+"""Whether what a query asks for is in a photo, read from the model's own outputs.
 
-`relevance` is min-max normalised per photo, so its top cell is 1.000 whatever was asked. Min-max
-is an affine map of the balanced map the model computes before it (the three ways of knowing,
-weighted: for the shipped checkpoint almost all participatory, the query's own evidence), so a
-ratio of differences is the same on both sides of it. contrast is one such ratio:
+`relevance` is min-max normalised per photo, so its top cell is 1.000 whatever was asked: it says
+where the model looks, not whether anything is there. The model's `evidence` output does
+(signature.EVIDENCE_NAMES: the mean of the strongest cells, the mean, lowest and highest cell of the
+participatory map, (cosine + 1) / 2 per cell, before the balancer and before any min-max). A
+Calibration, fitted on labelled natural photos for one checkpoint and published as calibration.json
+beside manifest.json, maps it to `confidence`, the probability that what the query asks for is in
+the photo; `stands_out` is confidence >= STANDS_OUT. A folder without calibration.json has no
+confidence, and every reader says so (NO_CALIBRATION) instead of a number.
 
-    contrast = (mean of the strongest cells - the median cell) / (highest cell - lowest cell)
-
-of the pre-normalisation map, computed exactly from `relevance` alone: every runtime that
-publishes `relevance` gives it, with no extra output. A map with one clear region (the queried
-colour, place or object) keeps most cells near the bottom and a few near the top: contrast near
-1. A map where the query finds nothing particular is a smooth spread (min-max stretches whatever
-small differences there are to 0..1): contrast near 0.5 or below. A flat map is 0.
-
-The share of cells and the threshold are chosen by measurement on labelled scenes (present and
-absent colours, places and objects, plain photos): scripts/measure_stands_out.py, whose table
-docs/model.md shows. numpy only: the page (web/app.js) computes the same in JavaScript.
+contrast() is kept as what it measures, the shape of the normalised map ((mean of the strongest
+cells - the median cell) / range), for scripts/measure_stands_out.py's comparison with it
+(THRESHOLD is the cut it was once read at); no reader answers with it. numpy only: the page
+(web/app.js) and both apps compute the confidence the same way.
 """
 from __future__ import annotations
 
@@ -29,7 +26,9 @@ import numpy as np
 from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, STRONGEST_SHARE, strongest_cells  # noqa: F401
 
 TOP_SHARE = STRONGEST_SHARE
-THRESHOLD = 0.86  # contrast at or above this: something stands out (scripts/measure_stands_out.py)
+THRESHOLD = 0.86  # the contrast's former cut (scripts/measure_stands_out.py compares with it)
+STANDS_OUT = 0.5  # confidence at or above this: what the query asks for is more likely there than not
+NO_CALIBRATION = "no calibration in this folder"
 CALIBRATION_FILE = "calibration.json"  # beside manifest.json in a published folder
 CALIBRATION_FORMAT = "arrcoc-edge/confidence-calibration/1"
 
@@ -91,5 +90,22 @@ def contrast(relevance, share: float = TOP_SHARE) -> float:
     return (top - float(np.median(r))) / span
 
 
-def stands_out(value: float, threshold: float = THRESHOLD) -> bool:
-    return bool(value >= threshold)
+def percent(value: float) -> str:
+    """0.873 -> "87%"; never "0%" or "100%" for a probability strictly between them."""
+    shown = round(100 * value)
+    if shown == 0 and value > 0:
+        return "<1%"
+    if shown == 100 and value < 1:
+        return ">99%"
+    return f"{shown}%"
+
+
+def verdict(confidence: float | None, asked: str = "", unknown: str = NO_CALIBRATION) -> str:
+    """The answer in a few words: whether what the query asks for is in the photo, with the
+    confidence as a percentage, or why there is none (`unknown`; never a made-up number).
+    asked: the query as the sentence names it (" for 'something red'"), or nothing."""
+    if confidence is None:
+        return f"confidence unknown{asked}: {unknown}"
+    if confidence >= STANDS_OUT:
+        return f"stands out{asked}: confidence {percent(confidence)}"
+    return f"nothing in this photo stands out{asked}: confidence {percent(confidence)}"

@@ -320,7 +320,7 @@ def participatory_evidence(participatory: torch.Tensor) -> torch.Tensor:
     """The query's absolute evidence, [B,N] participatory map ((cos + 1) / 2, before the balancer
     and any min-max) -> [B,4] float32 in EVIDENCE_NAMES order: mean of the strongest cells, mean,
     lowest, highest. Per sample, so a photo's evidence does not depend on its batch-mates."""
-    n = strongest_cells(participatory.shape[1])
+    n = strongest_cells(int(participatory.shape[1]))  # int(): a traced shape is a tensor (the .ptl tracer)
     top = torch.topk(participatory, k=n, dim=1, sorted=False).values.mean(dim=1)
     stats = [top, participatory.mean(dim=1), participatory.amin(dim=1), participatory.amax(dim=1)]
     return torch.stack(stats, dim=1)
@@ -368,17 +368,11 @@ class RelevanceModel(nn.Module):
 
     def from_textures(self, textures: torch.Tensor, query: torch.Tensor):
         """Everything after the texture: many queries on one photo need its texture once."""
-        maps = torch.stack(
-            [
-                information_score(textures),
-                perspectival_score(textures),
-                self.participatory_scorer(textures, query),
-            ],
-            dim=1,
-        )  # [B,3,N]
-        relevance, weights = self.balancer(maps, query)
+        participatory = self.participatory_scorer(textures, query)  # [B,N]
+        maps = torch.stack([information_score(textures), perspectival_score(textures), participatory], dim=1)
+        relevance, weights = self.balancer(maps, query)  # maps: [B,3,N]
         topk_indices = torch.topk(relevance, k=self.cfg.top_k, dim=1, sorted=True).indices
-        return relevance, topk_indices, weights
+        return relevance, topk_indices, weights, participatory_evidence(participatory)
 
 
 def build_model(cfg: ModelConfig, seed: int | None = None) -> RelevanceModel:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from arrcoc_edge.relevance.model import ModelConfig
+from arrcoc_edge.relevance.signature import strongest_cells
 from arrcoc_edge.relevance.texture_maths import CELL
 
 _EPS = 1e-8
@@ -86,6 +87,16 @@ def balance(maps: list[torch.Tensor], query: torch.Tensor, w: dict) -> tuple[tor
     return _minmax_batch(combined), x
 
 
+def evidence(participatory_map: torch.Tensor) -> torch.Tensor:
+    """[B,G,G] participatory map -> [B,4] (signature.EVIDENCE_NAMES): the mean of its strongest
+    cells, mean, lowest, highest, read the plain way (a full sort) from the map as the reference
+    computes it."""
+    flat = participatory_map.reshape(participatory_map.shape[0], -1)
+    ranked = flat.sort(dim=1, descending=True).values
+    strongest = ranked[:, : strongest_cells(flat.shape[1])].mean(dim=1)
+    return torch.stack([strongest, flat.mean(dim=1), ranked[:, -1], ranked[:, 0]], dim=1)
+
+
 def to_tensor(photo: torch.Tensor) -> torch.Tensor:
     """uint8 [B,H,W,3] -> float32 [B,3,H,W] in [0,1], as torchvision's ToTensor does (divide by 255)."""
     return photo.permute(0, 3, 1, 2).contiguous().to(torch.float32).div(255)
@@ -93,12 +104,12 @@ def to_tensor(photo: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def forward(state: dict, cfg: ModelConfig, photo: torch.Tensor, query: torch.Tensor):
-    """(relevance [B,G*G], topk_indices [B,K], weights [B,3]) as the reference computes them from
-    the photo as decoded (uint8 [B,H,W,3], any size)."""
+    """(relevance [B,G*G], topk_indices [B,K], weights [B,3], evidence [B,4]) as the reference
+    computes them from the photo as decoded (uint8 [B,H,W,3], any size)."""
     w = {k: v.float() for k, v in state.items()}
     tex = texture(to_tensor(photo), cfg.grid)
     maps = [information(tex), tex[:, 7], participatory(tex, query, w)]
     relevance, weights = balance(maps, query, w)
     k = min(cfg.top_k, relevance.shape[1])
     topk = torch.topk(relevance, k=k, dim=1, largest=True, sorted=True).indices
-    return relevance, topk, weights
+    return relevance, topk, weights, evidence(maps[2])

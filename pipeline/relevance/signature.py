@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # The reference computes its texture at 16 pixels per grid cell (texture.py's intermediate size).
 CELL = 16
 INPUT_NAMES = ("image", "query")
-OUTPUT_NAMES = ("relevance", "topk_indices", "weights")
+OUTPUT_NAMES = ("relevance", "topk_indices", "weights", "evidence")
 WAYS_OF_KNOWING = ("information", "perspectival", "participatory")
 # The `evidence` statistics: how strongly the query matched, read from the participatory map
 # ((cosine + 1) / 2 per cell, before the balancer and before any min-max), in this order.

@@ -32,13 +32,14 @@ import numpy as np
 
 from arrcoc_edge import scratch
 from arrcoc_edge.errors import GateError
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.golden import write_array_bundle
 from arrcoc_edge.stages.parity import Gate, parity_metrics
 
 from arrcoc_edge.stages import private_cache
 from arrcoc_edge.targets.shared import sources as project_files  # (this module has its own sources(): the Kotlin files)
 from arrcoc_edge.targets.shared import tokenizer_cases
-from arrcoc_edge.targets.shared.mobile_contract import pil_upright
+from arrcoc_edge.targets.shared.mobile_contract import pil_upright, verdict_cases
 
 ANDROID = project_files.MOBILE / "android"
 SOURCE_SETS = {  # Gradle's source sets, plus what only this driver compiles
@@ -218,7 +219,7 @@ def write_outputs(folder: Path, samples: list[dict]) -> None:
     (folder / "golden.json").write_text(json.dumps(meta))
 
 
-OUTPUTS = ("relevance", "topk_indices", "weights")
+OUTPUTS = OUTPUT_NAMES
 
 
 def _stack(samples: list[dict]) -> dict:
@@ -277,6 +278,16 @@ def write_parity_fixtures(folder: Path, assets: Path, contract: dict, runners: d
                         "got": f"{name}/got", "expect_pass": should_pass, "python": verdict})
     (folder / "cases.json").write_text(json.dumps({"tolerance": TOLERANCE, "cases": written}, indent=1))
     return written
+
+
+def write_verdict_fixtures(folder: Path, assets: Path, contract: dict) -> None:
+    """Python's confidences, verdict lines and strongest cells on the golden bundle's own outputs,
+    for VerdictTest (mobile_contract.verdict_cases)."""
+    golden = read_bundle(assets, contract["golden"]["json"], contract["golden"]["bin"])
+    cases = verdict_cases([s["evidence"] for s in golden], [s["relevance"] for s in golden],
+                          [s["topk_indices"] for s in golden])
+    folder.mkdir(parents=True)
+    (folder / "cases.json").write_text(json.dumps(cases, indent=1))
 
 
 def write_exif_fixtures(folder: Path, height: int = 5, width: int = 7, pad: int = 3) -> None:
@@ -376,6 +387,7 @@ def app_build(assets: Path, contract: dict, runners: Callable[[], dict[str, Call
         fixtures = Path(tmp) / "fixtures"
         cases = write_parity_fixtures(fixtures / "parity", assets, contract, runners())
         write_exif_fixtures(fixtures / "exif")
+        write_verdict_fixtures(fixtures / "verdict", assets, contract)
         tokenizer_cases.write_cases(fixtures / "tokenizer", copy_tokenizers=False)  # TokenizerTest
         result = run_tests(tc, classes, assets, fixtures)
         parity = check_kotlin_metrics(fixtures, cases)

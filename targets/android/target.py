@@ -138,7 +138,8 @@ class AndroidTarget(Target):
         write_bundle(ctx.golden.heldout, ctx.staging, gate.to_dict(), topk_dtype=primary.variant.topk_dtype)
         write_sample(ctx, ctx.staging)
         data = mobile_contract.contract(cfg, artifacts, golden=dict(mobile_contract.GOLDEN_FILES),
-                                        presets=mobile_contract.presets_for_build(ctx))
+                                        presets=mobile_contract.presets_for_build(ctx),
+                                        calibration=mobile_contract.build_calibration(ctx))
         data["typed_text"] = typed_text
         data["app"] = {
             "platform": "android", "default_artifact": default, "sample_image": mobile_contract.SAMPLE_IMAGE,

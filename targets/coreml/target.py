@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from arrcoc_edge.errors import ExportError, HostCapabilityError
-from arrcoc_edge.relevance.signature import INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
+from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, INPUT_NAMES, MAX_SIDE, MIN_SIDE, OUTPUT_NAMES
 from arrcoc_edge.relevance.signature import MAX_BATCH
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
@@ -62,7 +62,7 @@ _WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
 # the learned 1x1 layers of the direct form) and the learned linear / matmul layers.
 _FP16_OPS = ("conv", "linear", "matmul", "relu")
 _DTYPE_NAMES = {"image": "FLOAT16", "query": "FLOAT32", "relevance": "FLOAT32", "topk_indices": "INT32",
-                "weights": "FLOAT32"}
+                "weights": "FLOAT32", "evidence": "FLOAT32"}
 NOT_APPLE = ("CoreML predictions need macOS; parity measured with arrcoc-edge's NumPy MIL evaluator, "
              "not Apple's runtime")
 # The photo as CoreML takes it: the contract's uint8 photo, each byte handed over as a float16.
@@ -179,7 +179,7 @@ def convert(ctx: BuildContext, precision: str):
     ]
     # float32 outputs whatever the compute precision (iOS17 would otherwise return fp16 outputs)
     outputs = [ct.TensorType(name="relevance", dtype=np.float32), ct.TensorType(name="topk_indices"),
-               ct.TensorType(name="weights", dtype=np.float32)]
+               ct.TensorType(name="weights", dtype=np.float32), ct.TensorType(name="evidence", dtype=np.float32)]
     compute = (ct.precision.FLOAT32 if precision == "fp32"
                else ct.transform.FP16ComputePrecision(op_selector=fp16_selector()))
     program = coreml_program(ctx).run_decompositions({})  # a fresh export: lowering mutates it
@@ -204,7 +204,7 @@ def rename_outputs(model):
     old = [o.name for o in spec.description.output]
     if len(old) != len(OUTPUT_NAMES):
         raise ExportError(f"converted model has {len(old)} outputs, expected {len(OUTPUT_NAMES)}",
-                          "the model must return (relevance, topk_indices, weights)")
+                          f"the model must return ({', '.join(OUTPUT_NAMES)})")
     for before, after in zip(old, OUTPUT_NAMES):
         if before != after:
             ct.utils.rename_feature(spec, before, after)
@@ -224,6 +224,8 @@ def describe(model, ctx: BuildContext, variant: str) -> None:
     model.output_description["relevance"] = f"relevance per patch [B,{cfg.num_patches}] in [0,1], row-major"
     model.output_description["topk_indices"] = f"top-{cfg.top_k} patch indices [B,{cfg.top_k}] int32"
     model.output_description["weights"] = "information, perspectival, participatory weights [B,3]"
+    model.output_description["evidence"] = (f"how strongly the query matched [B,{len(EVIDENCE_NAMES)}]: "
+                                            f"{', '.join(EVIDENCE_NAMES)} of the participatory map before min-max")
     model.user_defined_metadata.update({
         "arrcoc.variant": variant, "arrcoc.checkpoint_sha256": ctx.checkpoint.sha256,
         "arrcoc.exported_program_sha256": ctx.program.sha256,

@@ -22,7 +22,9 @@ from arrcoc_edge.targets.shared import et_runner
 
 # ExecuTorch ScalarType codes (as in c10) of the contract's dtypes: 6 = Float, 4 = Long.
 _SCALAR_TYPES = {0: "uint8", 6: "float32", 4: "int64", 3: "int32"}
-_EXPECTED_DTYPES = {"image": "uint8", "query": "float32", "relevance": "float32", "topk_indices": "int64", "weights": "float32"}
+_EXPECTED_DTYPES = {"image": "uint8", "query": "float32", "relevance": "float32", "topk_indices": "int64", "weights": "float32",
+                    "evidence": "float32"}
+_OUTPUTS = len(OUTPUT_NAMES)
 # The .pte's second method: photos of exactly 16G x 16G only, no resize (PhotoWindows.square_only).
 # "forward" takes every size; a caller holding a 16G x 16G photo may call this one instead and gets
 # the same numbers bit for bit (tests/test_executorch_ptl.py), faster.
@@ -60,28 +62,28 @@ def _program(path: Path | bytes):
 def check_method_meta(path: Path, cfg) -> list[str]:
     """Input/output count, dtypes and fixed dims of the .pte's forward vs the contract."""
     meta = _method(path).metadata
-    if meta.num_inputs() != 2 or meta.num_outputs() != 3:
-        raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / 3",
-                          "the exported program must take (image, query) and return (relevance, topk_indices, weights)")
-    from arrcoc_edge.relevance.signature import MAX_SIDE
+    if meta.num_inputs() != 2 or meta.num_outputs() != _OUTPUTS:
+        raise ExportError(f"{path.name}: forward has {meta.num_inputs()} inputs / {meta.num_outputs()} outputs, expected 2 / {_OUTPUTS}",
+                          f"the exported program must take (image, query) and return ({', '.join(OUTPUT_NAMES)})")
+    from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, MAX_SIDE
 
     # Dynamic dimensions show their upper bounds: the photo's height and width up to MAX_SIDE.
     want = {"image": [MAX_SIDE, MAX_SIDE, 3], "query": [cfg.query_dim],
-            "relevance": [cfg.num_patches], "topk_indices": [cfg.top_k], "weights": [3]}
-    infos = [meta.input_tensor_meta(i) for i in range(2)] + [meta.output_tensor_meta(i) for i in range(3)]
+            "relevance": [cfg.num_patches], "topk_indices": [cfg.top_k], "weights": [3], "evidence": [len(EVIDENCE_NAMES)]}
+    infos = [meta.input_tensor_meta(i) for i in range(2)] + [meta.output_tensor_meta(i) for i in range(_OUTPUTS)]
     problems = []
     for name, info in zip(want, infos):
         dtype = _SCALAR_TYPES.get(int(info.dtype()), f"ScalarType {info.dtype()}")
         if dtype != _EXPECTED_DTYPES[name] or list(info.sizes())[1:] != want[name]:
             problems.append(f"{name} is {dtype}{list(info.sizes())}")
-    lines = ["I/O contract (MethodMeta): 2 inputs, 3 outputs, dtypes and dims match (image uint8 up to "
+    lines = [f"I/O contract (MethodMeta): 2 inputs, {_OUTPUTS} outputs, dtypes and dims match (image uint8 up to "
              f"{MAX_SIDE} x {MAX_SIDE}, topk int64)"]
     program = _program(path)
     if SQUARE_METHOD in program.method_names:
         square = program.load_method(SQUARE_METHOD).metadata
         image = square.input_tensor_meta(0)
         want_image = [cfg.image_size, cfg.image_size, 3]
-        if square.num_inputs() != 2 or square.num_outputs() != 3 or list(image.sizes())[1:] != want_image \
+        if square.num_inputs() != 2 or square.num_outputs() != _OUTPUTS or list(image.sizes())[1:] != want_image \
                 or _SCALAR_TYPES.get(int(image.dtype())) != "uint8":
             problems.append(f"{SQUARE_METHOD} takes {square.num_inputs()} inputs ({list(image.sizes())}), "
                             f"expected uint8 [B,{cfg.image_size},{cfg.image_size},3] and the query")

@@ -33,12 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from arrcoc_edge.errors import GateError
+from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.golden import write_array_bundle
 from arrcoc_edge.stages.parity import Gate, parity_metrics
 from arrcoc_edge.targets.ios import encoder as ios_encoder
 from arrcoc_edge.targets.ios.swift import Swift, SwiftBuilds, mounts_under
 from arrcoc_edge.targets.shared import sources, tokenizer_cases
-from arrcoc_edge.targets.shared.mobile_contract import pil_upright
+from arrcoc_edge.targets.shared.mobile_contract import pil_upright, verdict_cases
 
 PACKAGE = sources.MOBILE / "ios"
 CORE_SOURCES = ("Package.swift", "ArrcocCore", "CoreTests", "TokenizeCLI")
@@ -74,7 +75,7 @@ def golden_outputs(folder: Path, contract: dict) -> tuple[list[str], dict, list[
     """(sample names, stacked reference outputs, per-sample inputs) of the staged golden bundle."""
     index, data = read_bundle(folder, contract["golden"])
     samples = index["samples"]
-    names = ("relevance", "topk_indices", "weights")
+    names = OUTPUT_NAMES
     expected = {n: np.concatenate([array(data, s["arrays"][n]) for s in samples]) for n in names}
     inputs = [{n: array(data, s["arrays"][n]) for n in ("image", "query")} for s in samples]
     return [s["name"] for s in samples], expected, inputs
@@ -149,6 +150,7 @@ def write_core_checks(folder: Path, contract: dict, runner=None, runtime_name: s
     _check_cases_exercise_the_gate(cases)
     data = {"parity_cases": cases, "exif": [{"orientation": o, "upright": str(o)} for o in range(1, 9)],
             "exif_arrays": {k.split("/", 1)[1]: v for k, v in index.items() if k.startswith("exif/")},
+            "verdict": verdict_cases(expected["evidence"], expected["relevance"], expected["topk_indices"]),
             "note": "fixtures for mobile/ios/CoreTests (targets/ios/app.py): not used by the app"}
     (folder / CHECKS["json"]).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data

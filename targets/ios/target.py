@@ -127,7 +127,8 @@ class IosTarget(Target):
                     chosen.variant.gate.tie_tolerance)
         write_bundle(ctx.golden.heldout, ctx.staging, gate.to_dict(), topk_dtype=primary.topk_dtype)
         write_sample(ctx, ctx.staging)
-        data = mobile_contract.contract(cfg, {}, golden=GOLDEN, presets=mobile_contract.presets_for_build(ctx))
+        data = mobile_contract.contract(cfg, {}, golden=GOLDEN, presets=mobile_contract.presets_for_build(ctx),
+                                        calibration=mobile_contract.build_calibration(ctx))
         data["artifacts"] = artifacts
         data["typed_text"] = typed_text
         data["app"] = {

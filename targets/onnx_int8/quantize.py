@@ -362,7 +362,8 @@ def _sentence_text(row: dict) -> str:
                              f"rel mean {m['relevance_mean_abs']:.1e}")
 
 
-_SELECTION_KEYS = ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "relevance_max_abs", "size_bytes")
+_SELECTION_KEYS = ("topk_overlap_mean", "topk_overlap_min", "relevance_mean_abs", "relevance_max_abs", "evidence_max_abs",
+                   "size_bytes")
 
 # The most faithful candidate wins: the quality metrics in this order (the gate's worst case first),
 # each narrowing the field to the candidates within its tolerance of the best left. The metrics are

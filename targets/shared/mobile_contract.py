@@ -36,7 +36,9 @@ from pathlib import Path
 
 from arrcoc_edge.errors import ExportError
 from arrcoc_edge.relevance.digest import sha256_file
-from arrcoc_edge.relevance.signature import MAX_SIDE, MIN_SIDE, WAYS_OF_KNOWING, ModelConfig
+from arrcoc_edge.relevance import evidence
+from arrcoc_edge.relevance.signature import (EVIDENCE_NAMES, MAX_SIDE, MIN_SIDE, STRONGEST_SHARE, WAYS_OF_KNOWING,
+                                             ModelConfig, strongest_cells)
 from arrcoc_edge.stages.golden import BUNDLE_WHOLE, bundle_samples
 
 CONTRACT_VERSION = 1
@@ -91,6 +93,7 @@ def tensors(cfg: ModelConfig, topk_dtype: str = "int64", batch: int | str = "bat
             {"name": "relevance", "dtype": "float32", "shape": [batch, cfg.num_patches]},
             {"name": "topk_indices", "dtype": topk_dtype, "shape": [batch, cfg.top_k]},
             {"name": "weights", "dtype": "float32", "shape": [batch, 3]},
+            {"name": "evidence", "dtype": "float32", "shape": [batch, len(EVIDENCE_NAMES)]},
         ],
     }
 
@@ -167,8 +170,10 @@ def presets_for_build(ctx) -> dict:
 
 
 def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None = None,
-             golden: dict | None = None, fallback_split=None) -> dict:
-    """The contract for the given artifacts (files must already be written)."""
+             golden: dict | None = None, fallback_split=None, calibration: dict | None = None) -> dict:
+    """The contract for the given artifacts (files must already be written). calibration: the
+    build's calibration.json (Calibration.to_dict()), or None: the apps then say "no calibration
+    in this folder" instead of a confidence."""
     entries = {}
     for key, spec in artifacts.items():
         path = Path(spec["path"])
@@ -190,13 +195,56 @@ def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None 
             # over the whole photo: on a W x H photo a cell is W/grid wide and H/grid tall.
             "patch_index": "row * grid + col, row-major; a cell is photo width / grid wide and photo height / grid tall",
             "weights_order": list(WAYS_OF_KNOWING),
+            # the `evidence` output's values, and the share of the grid the answer rests on
+            "evidence_names": list(EVIDENCE_NAMES), "strongest_share": STRONGEST_SHARE,
         },
         "preprocessing": dict(PREPROCESSING),
         "artifacts": entries,
         "golden": golden,
         "presets": presets,
         "typed_text": dict(TYPED_TEXT),
+        "calibration": calibration,
     }
+
+
+def build_calibration(ctx) -> dict | None:
+    """The calibration this build publishes, for the apps to carry: the calibration.json of a
+    stage named "calibration" that ran before this one and published it, else None."""
+    stage = ctx.upstream.get("calibration")
+    report = stage.primary if stage is not None and stage.publishable else None
+    for path in report.variant.files if report is not None else []:
+        if Path(path).name == evidence.CALIBRATION_FILE:
+            return evidence.Calibration.read(Path(path)).to_dict()
+    return None
+
+
+# The calibration the apps' own tests hold Verdict.kt and Verdict.swift to: coefficients of the
+# tests' own choosing (not a fitted calibration), so both verdicts and both rounding edges occur.
+TEST_CALIBRATION = evidence.Calibration((8.0, -2.0, 1.0, 3.0), -6.0,
+                                        {"purpose": "the sample apps' tests only; not fitted on photos"})
+
+
+def verdict_cases(golden_evidence, golden_relevance, golden_topk) -> dict:
+    """Python's confidences and verdict lines (arrcoc_edge.relevance.evidence) for the golden
+    samples' evidence, shifted copies of it and the extremes, and each sample's strongest cells,
+    for the apps' tests (VerdictTest.kt, CoreTests' VerdictTests)."""
+    import numpy as np
+
+    rows = np.asarray(golden_evidence, np.float32).reshape(-1, len(EVIDENCE_NAMES))
+    rows = np.concatenate([rows, rows + np.float32(0.1), rows - np.float32(0.1),
+                           np.zeros((1, rows.shape[1]), np.float32), np.ones((1, rows.shape[1]), np.float32)])
+    cases = []
+    for row in rows:
+        value = float(TEST_CALIBRATION.confidence(row))
+        cases.append({"evidence": [float(x) for x in row], "confidence": value, "text": evidence.verdict(value)})
+    strongest = []
+    for relevance, topk in zip(golden_relevance, golden_topk):
+        relevance, picks = np.asarray(relevance).ravel(), [int(i) for i in np.asarray(topk).ravel()]
+        ranked = sorted(picks, key=lambda i: -relevance[i])  # stable: ties keep the model's order
+        strongest.append({"relevance": [float(x) for x in relevance], "topk": picks,
+                          "cells": ranked[:strongest_cells(relevance.size)]})
+    return {"calibration": TEST_CALIBRATION.to_dict(), "cases": cases, "unknown_text": evidence.verdict(None),
+            "strongest": strongest}
 
 
 def write_contract(path: Path, data: dict) -> Path:

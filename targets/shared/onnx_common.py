@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from arrcoc_edge.errors import ExportError
-from arrcoc_edge.relevance.signature import INPUT_NAMES, OUTPUT_NAMES, ModelConfig
+from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, INPUT_NAMES, OUTPUT_NAMES, ModelConfig
 from arrcoc_edge.stages.target import Runner
 
 _ONNX_DTYPES = {"image": "tensor(uint8)", "query": "tensor(float)", "relevance": "tensor(float)",
-                "topk_indices": "tensor(int64)", "weights": "tensor(float)"}
+                "topk_indices": "tensor(int64)", "weights": "tensor(float)",
+                "evidence": "tensor(float)"}
 
 
 def contract_shapes(cfg: ModelConfig) -> dict[str, list]:
@@ -24,6 +25,7 @@ def contract_shapes(cfg: ModelConfig) -> dict[str, list]:
         "relevance": [None, cfg.num_patches],
         "topk_indices": [None, cfg.top_k],
         "weights": [None, 3],
+        "evidence": [None, len(EVIDENCE_NAMES)],
     }
 
 
@@ -208,10 +210,12 @@ def ort_runner(path: Path | bytes, level: str = "ORT_ENABLE_ALL", threads: int =
     import onnxruntime as ort
 
     session = ort_session(path, level, threads=threads)
+    # the contract's outputs the file has: one published before `evidence` existed runs without it
+    names = [n for n in OUTPUT_NAMES if n in {o.name for o in session.get_outputs()}]
 
     def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outs = session.run(list(OUTPUT_NAMES), {k: np.ascontiguousarray(v) for k, v in inputs.items()})
-        return dict(zip(OUTPUT_NAMES, outs))
+        outs = session.run(names, {k: np.ascontiguousarray(v) for k, v in inputs.items()})
+        return dict(zip(names, outs))
 
     pool = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
     return Runner(run, f"onnxruntime {ort.__version__} (CPUExecutionProvider, {level}{pool})", io=session_io(session))

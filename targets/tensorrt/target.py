@@ -31,7 +31,7 @@ from arrcoc_edge.targets.tensorrt import backend as trt_backend
 MiB = 1024 * 1024
 # TensorRT's names for the contract's dtypes; topk indices may come out INT32 on some versions.
 _DTYPES = {"image": ("UINT8",), "query": ("FLOAT",), "relevance": ("FLOAT",),
-           "topk_indices": ("INT64", "INT32"), "weights": ("FLOAT",)}
+           "topk_indices": ("INT64", "INT32"), "weights": ("FLOAT",), "evidence": ("FLOAT",)}
 
 
 class TensorRTTarget(Target):

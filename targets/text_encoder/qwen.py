@@ -162,7 +162,7 @@ def exact_on_photos(model, photos: list[np.ndarray], exact: np.ndarray) -> list[
         for photo in photos:
             textures = model.texture(torch.from_numpy(np.ascontiguousarray(photo))[None])
             textures = textures.expand(len(exact), *textures.shape[1:])
-            rel, idx, _ = model.from_textures(textures, torch.from_numpy(exact))
+            rel, idx, *_ = model.from_textures(textures, torch.from_numpy(exact))
             found.append((textures, rel.numpy(), idx.numpy()))
     return found
 
@@ -175,7 +175,7 @@ def topk_on_photos(model, references: list[tuple], shipped: np.ndarray, tie: flo
     overlaps = []
     with torch.no_grad():
         for textures, rel, idx in references:
-            _, got, _ = model.from_textures(textures, torch.from_numpy(shipped))
+            _, got, *_ = model.from_textures(textures, torch.from_numpy(shipped))
             overlaps.append(topk_overlap(rel, idx, got.numpy(), tie)[0])
     overlaps = np.concatenate(overlaps)
     return {"corpus_topk_overlap_mean": float(overlaps.mean()), "corpus_topk_overlap_min": float(overlaps.min()),

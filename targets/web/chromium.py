@@ -152,6 +152,7 @@ class PageSession:
         return {
             "relevance": np.frombuffer(base64.b64decode(res["relevance"]), np.float32).reshape(b, -1),
             "weights": np.frombuffer(base64.b64decode(res["weights"]), np.float32).reshape(b, 3),
+            "evidence": np.frombuffer(base64.b64decode(res["evidence"]), np.float32).reshape(b, -1),
             "topk_indices": np.asarray(res["topk"], dtype=np.int64).reshape(b, -1),
         }
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from arrcoc_edge.errors import ExportError, HostCapabilityError, MissingExtraError
-from arrcoc_edge.relevance.signature import MAX_SIDE, MIN_SIDE
+from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, MAX_SIDE, MIN_SIDE
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
 from arrcoc_edge.targets.shared import onnx_common
@@ -74,9 +74,10 @@ SITE_BUDGET_WITHOUT_ENCODER = 24 * 1024 * 1024
 # same top-K sets up to ties at the K-th place (pipeline/stages/parity.py's rule and tolerance, as every
 # FP32 gate: at K=200 of 1024 a WASM-vs-x86 rounding of 1e-5 swapped two patches 2e-5 apart,
 # measured); INT8 kernels differ a little between builds. The page applies the same rule.
-FP32_BROWSER = {"max": {"relevance_max_abs": 1e-4, "weights_max_abs": 1e-4},
+FP32_BROWSER = {"max": {"relevance_max_abs": 1e-4, "weights_max_abs": 1e-4, "evidence_max_abs": 1e-4},
                 "min": {"topk_overlap_mean": 1.0, "topk_overlap_min": 1.0}, "tie_tolerance": LOSSLESS.tie_tolerance}
-INT8_BROWSER = {"max": {}, "min": {"topk_overlap_mean": 0.95}, "tie_tolerance": LOSSY.tie_tolerance}
+INT8_BROWSER = {"max": {"evidence_max_abs": LOSSY.maxima["evidence_max_abs"]}, "min": {"topk_overlap_mean": 0.95},
+                "tie_tolerance": LOSSY.tie_tolerance}
 
 
 # ---------------------------------------------------------------- the decode gap
@@ -240,7 +241,7 @@ class WebTarget(Target):
             "text_encoder": encoder, "text_note": "" if encoder else text_note,
             "image_size": cfg.image_size, "min_side": MIN_SIDE, "max_side": MAX_SIDE,
             "input": "uint8 [1,H,W,3]: the photo as decoded, at its own size (the model resizes it itself)",
-            "grid": int(round(cfg.num_patches ** 0.5)), "top_k": cfg.top_k,
+            "grid": int(round(cfg.num_patches ** 0.5)), "top_k": cfg.top_k, "evidence_names": list(EVIDENCE_NAMES),
             "query_dim": cfg.query_dim, "presets": "presets.json", "samples": samples, "note": note,
             "models": [{"name": n, "file": f"models/{p.name}", "bytes": p.stat().st_size, "browser_gate": gates[n]}
                        for n, p in models.items()],

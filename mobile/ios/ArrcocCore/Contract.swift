@@ -40,7 +40,7 @@ struct ArtifactEntry: Decodable {
     let gate: GateSpec
     /// Ordered as the model's inputs: [image, query].
     let inputs: [TensorSpec]
-    /// Ordered as the model's outputs: [relevance, topk_indices, weights].
+    /// Ordered as the model's outputs: [relevance, topk_indices, weights, evidence].
     let outputs: [TensorSpec]
 
     var imageInput: TensorSpec { inputs[0] }
@@ -48,6 +48,7 @@ struct ArtifactEntry: Decodable {
     var relevanceOutput: TensorSpec { outputs[0] }
     var topkOutput: TensorSpec { outputs[1] }
     var weightsOutput: TensorSpec { outputs[2] }
+    var evidenceOutput: TensorSpec { outputs[3] }
 }
 
 struct ModelInfo: Decodable {
@@ -57,6 +58,10 @@ struct ModelInfo: Decodable {
     let top_k: Int
     let query_dim: Int
     let weights_order: [String]
+    /// The evidence output's values, in order (signature.EVIDENCE_NAMES).
+    let evidence_names: [String]
+    /// The share of the grid whose strongest cells the answer rests on (signature.STRONGEST_SHARE).
+    let strongest_share: Double
 }
 
 /// What the app hands over: the photo as decoded, [1,H,W,3] RGB (no crop, resize or scaling), each
@@ -107,6 +112,13 @@ struct Contract: Decodable {
     let app: AppInfo
     /// Every file of the bundle but contract.json, by path in Resources/ (BundleCheck.swift).
     let files: [String: BundleFile]
+    /// The published folder's calibration (calibration.json), or nil when the build had none.
+    let calibration: Calibration?
+
+    /// The calibration, checked against the model's evidence names (nil: none in this folder).
+    func checkedCalibration() throws -> Calibration? {
+        try calibration?.checked(names: model.evidence_names)
+    }
 
     /// The folder reference that `invoke build --target ios` fills (see project.yml).
     static let resourcesFolder = "Resources"

@@ -92,7 +92,7 @@ struct GoldenBundle {
     /// Sample `i`'s outputs under the tensor names `entry` lists (the reference, in golden.bin).
     func prediction(_ i: Int, entry: ArtifactEntry) throws -> Prediction {
         Prediction(relevance: try floats(i, entry.relevanceOutput.name), topk: try ints(i, entry.topkOutput.name),
-                   weights: try floats(i, entry.weightsOutput.name))
+                   weights: try floats(i, entry.weightsOutput.name), evidence: try floats(i, entry.evidenceOutput.name))
     }
 
     func predictions(entry: ArtifactEntry) throws -> [Prediction] {

@@ -23,12 +23,13 @@ struct Parity {
 
     /// expected/got: one Prediction per sample.
     static func measure(expected: [Prediction], got: [Prediction], tie: Double) -> Parity {
-        var relMax = 0.0, relSum = 0.0, relN = 0, wMax = 0.0, wSum = 0.0, wN = 0
+        var relMax = 0.0, relSum = 0.0, relN = 0, wMax = 0.0, wSum = 0.0, wN = 0, eMax = 0.0, eSum = 0.0, eN = 0
         var sumDev: Float = 0
         var overlaps: [Double] = [], stricts: [Double] = []
         for (e, g) in zip(expected, got) {
             for (x, y) in zip(e.relevance, g.relevance) { let d = abs(Double(y) - Double(x)); relMax = max(relMax, d); relSum += d; relN += 1 }
             for (x, y) in zip(e.weights, g.weights) { let d = abs(Double(y) - Double(x)); wMax = max(wMax, d); wSum += d; wN += 1 }
+            for (x, y) in zip(e.evidence, g.evidence) { let d = abs(Double(y) - Double(x)); eMax = max(eMax, d); eSum += d; eN += 1 }
             sumDev = max(sumDev, abs(g.weights.reduce(Float(0), +) - 1))
             let (o, s) = topkOverlap(reference: e.relevance, refIdx: e.topk, gotIdx: g.topk, tie: tie)
             overlaps.append(o); stricts.append(s)
@@ -38,6 +39,7 @@ struct Parity {
             "samples": Double(got.count),
             "relevance_max_abs": relMax, "relevance_mean_abs": relSum / Double(max(relN, 1)),
             "weights_max_abs": wMax, "weights_mean_abs": wSum / Double(max(wN, 1)),
+            "evidence_max_abs": eMax, "evidence_mean_abs": eSum / Double(max(eN, 1)),
             "topk_overlap_mean": overlaps.reduce(0, +) / Double(max(overlaps.count, 1)),
             "topk_overlap_min": overlaps.min() ?? 0,
             "topk_overlap_strict_mean": stricts.reduce(0, +) / Double(max(stricts.count, 1)),

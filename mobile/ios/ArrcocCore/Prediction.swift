@@ -3,4 +3,5 @@ struct Prediction {
     let relevance: [Float]      // num_patches scores in [0, 1], row-major (row * grid + col)
     let topk: [Int]             // top_k patch indices
     let weights: [Float]        // information, perspectival, participatory
+    let evidence: [Float]       // how strongly the query matched (contract model.evidence_names), before min-max
 }

@@ -1,5 +1,7 @@
 // Photo (library or bundled sample) + a typed query (when contract.json's typed_text is supported) or
-// a preset -> relevance heatmap and top-K patch boxes. A typed query goes tokenizer -> query encoder ->
+// a preset -> relevance heatmap, the strongest cells outlined (every top-K cell on a toggle) and the
+// verdict (Verdict.swift: the evidence output through the build's calibration, or "no calibration in
+// this folder"). A typed query goes tokenizer -> query encoder ->
 // relevance (QueryEncoder.swift), the time of each step shown; the presets stay as the offline fallback.
 import PhotosUI
 import SwiftUI
@@ -97,7 +99,9 @@ struct ContentView: View {
         NavigationStack {
             VStack(spacing: 12) {
                 if let photo = state.photo, let contract = state.contract {
-                    HeatmapView(photo: photo, prediction: state.prediction, grid: contract.model.grid, showTopK: showTopK)
+                    HeatmapView(photo: photo, prediction: state.prediction, grid: contract.model.grid, showTopK: showTopK,
+                                outlined: state.prediction.map { Verdict.strongestCells($0, numPatches: contract.model.num_patches,
+                                                                                       share: contract.model.strongest_share) } ?? [])
                         .aspectRatio(photo.size.width / max(photo.size.height, 1), contentMode: .fit)
                 } else {
                     ProgressView()
@@ -120,10 +124,11 @@ struct ContentView: View {
                 if !state.timing.isEmpty { Text(state.timing).font(.caption.monospaced()) }
                 if !state.typedNote.isEmpty { Text(state.typedNote).font(.caption).foregroundStyle(.secondary) }
                 if let p = state.prediction, let contract = state.contract {
+                    Text(Verdict.text(p, try? contract.checkedCalibration())).font(.headline)
                     Text(zip(contract.model.weights_order, p.weights).map { "\($0) \(String(format: "%.2f", $1))" }.joined(separator: "  "))
                         .font(.caption.monospaced())
                 }
-                Toggle("Top-\(state.contract?.model.top_k ?? 0) patches", isOn: $showTopK)
+                Toggle("All top-\(state.contract?.model.top_k ?? 0) patches", isOn: $showTopK)
                 HStack {
                     PhotosPicker("Photo…", selection: $pickerItem, matching: .images)
                     if CameraPicker.isAvailable { Button("Camera") { showCamera = true } }
@@ -153,12 +158,14 @@ struct ContentView: View {
 }
 
 /// The whole photo, upright at its own aspect (as the model sees it: no crop), relevance as a
-/// translucent heatmap on the grid x grid cells laid over all of it, and the top-K cells outlined.
+/// translucent heatmap on the grid x grid cells laid over all of it, and the cells the answer rests
+/// on outlined (`outlined`; every top-K cell when showTopK).
 struct HeatmapView: View {
     let photo: UIImage
     let prediction: Prediction?
     let grid: Int
     let showTopK: Bool
+    let outlined: [Int]
 
     var body: some View {
         GeometryReader { geo in
@@ -171,12 +178,12 @@ struct HeatmapView: View {
                 if let p = prediction {
                     Canvas { ctx, size in
                         let cw = size.width / CGFloat(grid), ch = size.height / CGFloat(grid)
-                        let top = Set(p.topk)
+                        let top = Set(showTopK ? p.topk : outlined)
                         for idx in 0..<min(p.relevance.count, grid * grid) {
                             // relevance[row * grid + col] (contract.model.patch_index)
                             let rect = CGRect(x: CGFloat(idx % grid) * cw, y: CGFloat(idx / grid) * ch, width: cw, height: ch)
                             ctx.fill(Path(rect), with: .color(.red.opacity(0.55 * Double(p.relevance[idx]))))
-                            if showTopK && top.contains(idx) {
+                            if top.contains(idx) {
                                 ctx.stroke(Path(rect.insetBy(dx: 1, dy: 1)), with: .color(.yellow), lineWidth: 1.5)
                             }
                         }

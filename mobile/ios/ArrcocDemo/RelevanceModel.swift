@@ -60,7 +60,8 @@ final class RelevanceModel {
         return Prediction(
             relevance: try floats(array(entry.relevanceOutput)),
             topk: try ints(array(entry.topkOutput)),
-            weights: try floats(array(entry.weightsOutput))
+            weights: try floats(array(entry.weightsOutput)),
+            evidence: try floats(array(entry.evidenceOutput))
         )
     }
 

@@ -79,7 +79,26 @@ struct CoreChecks: Decodable {
         let upright: String
     }
 
+    /// Python's confidences and verdict lines (mobile_contract.verdict_cases) for VerdictTests.
+    struct VerdictCases: Decodable {
+        struct Case: Decodable {
+            let evidence: [Float]
+            let confidence: Double
+            let text: String
+        }
+        struct Strongest: Decodable {
+            let relevance: [Float]
+            let topk: [Int]
+            let cells: [Int]
+        }
+        let calibration: Calibration
+        let cases: [Case]
+        let unknown_text: String
+        let strongest: [Strongest]
+    }
+
     let parity_cases: [ParityCase]
+    let verdict: VerdictCases
     /// `stored` (uint8 [H,W,3]) and PIL's upright photo per orientation.
     let exif_arrays: [String: GoldenArray]
     let exif: [ExifCase]

@@ -36,7 +36,7 @@ data class ArtifactEntry(
     val gate: GateSpec,
     /** Ordered as the program's inputs: [image, query]. */
     val inputs: List<TensorSpec>,
-    /** Ordered as the program's outputs: [relevance, topk_indices, weights]. */
+    /** Ordered as the program's outputs: [relevance, topk_indices, weights, evidence]. */
     val outputs: List<TensorSpec>,
     /** A second method of the .pte for photos of exactly image_size x image_size (no resize, the
      *  same numbers bit for bit, faster), or null when the file holds only `forward`. */
@@ -47,6 +47,8 @@ data class ArtifactEntry(
     val relevanceOutput get() = outputs[0]
     val topkOutput get() = outputs[1]
     val weightsOutput get() = outputs[2]
+    /** How strongly the query matched [1, 4] (model.evidence_names), before any min-max. */
+    val evidenceOutput get() = outputs[3]
 }
 
 data class ModelInfo(
@@ -56,6 +58,10 @@ data class ModelInfo(
     val topK: Int,
     val queryDim: Int,
     val weightsOrder: List<String>,
+    /** The evidence output's values, in order (signature.EVIDENCE_NAMES). */
+    val evidenceNames: List<String>,
+    /** The share of the grid whose strongest cells the answer rests on (signature.STRONGEST_SHARE). */
+    val strongestShare: Double,
 )
 
 /** What the app hands over: the photo as decoded (uint8 [1,H,W,3]); no crop, resize or scaling. */
@@ -121,6 +127,8 @@ class Contract(
     val typedText: TypedText,
     /** Every file of the bundle but contract.json, by asset name: what checkBundleFile holds a file to. */
     val files: Map<String, BundleFile>,
+    /** The published folder's calibration (calibration.json), or null when the build had none. */
+    val calibration: Calibration? = null,
 ) {
     companion object {
         /** The one asset name the app knows; everything else comes from inside it. */
@@ -139,6 +147,8 @@ class Contract(
                 topK = m.getInt("top_k"),
                 queryDim = m.getInt("query_dim"),
                 weightsOrder = m.getJSONArray("weights_order").strings(),
+                evidenceNames = m.getJSONArray("evidence_names").strings(),
+                strongestShare = m.getDouble("strongest_share"),
             )
             val p = o.getJSONObject("preprocessing")
             val pre = Preprocessing(
@@ -170,6 +180,7 @@ class Contract(
                 AppInfo(a.getString("default_artifact"), a.getString("sample_image"), a.getString("sample_golden")),
                 typedText(o.getJSONObject("typed_text"), model.queryDim),
                 bundleFiles(o.getJSONObject("files")),
+                o.optJSONObject("calibration")?.let { Calibration.parse(it, model.evidenceNames) },
             )
             if (contract.app.defaultArtifact !in artifacts) {
                 throw ContractException("default_artifact ${contract.app.defaultArtifact} is not among the artifacts")

@@ -10,8 +10,9 @@ import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import kotlin.math.abs
 
-/** One sample's outputs: relevance [num_patches], top-K patch indices [top_k], weights [3]. */
-class Prediction(val relevance: FloatArray, val topk: IntArray, val weights: FloatArray)
+/** One sample's outputs: relevance [num_patches], top-K patch indices [top_k], weights [3], evidence [4]
+ *  (contract.json model.evidence_names: what Verdict turns into a confidence). */
+class Prediction(val relevance: FloatArray, val topk: IntArray, val weights: FloatArray, val evidence: FloatArray)
 
 /** golden.json lists samples, each one batch-1 run with its own arrays (photos differ in size:
  *  two 16G crops and a whole non-square photo), keyed by the contract's tensor names. */
@@ -76,7 +77,8 @@ class GoldenBundle(json: String, bin: ByteArray) {
 
     /** Sample `i`'s outputs under the tensor names `entry` lists. */
     fun prediction(i: Int, entry: ArtifactEntry) = Prediction(
-        floats(i, entry.relevanceOutput.name), ints(i, entry.topkOutput.name), floats(i, entry.weightsOutput.name))
+        floats(i, entry.relevanceOutput.name), ints(i, entry.topkOutput.name), floats(i, entry.weightsOutput.name),
+        floats(i, entry.evidenceOutput.name))
 }
 
 /** Same definitions as pipeline/stages/parity.py: abs errors, and top-K set overlap with the tie rule. */
@@ -101,6 +103,7 @@ object Parity {
     fun measure(expected: List<Prediction>, got: List<Prediction>, tie: Double): MutableMap<String, Double> {
         var relMax = 0.0; var relSum = 0.0; var relN = 0
         var wMax = 0.0; var wSum = 0.0; var wN = 0
+        var eMax = 0.0; var eSum = 0.0; var eN = 0
         var sumDev = 0.0
         val overlaps = ArrayList<Double>()
         val stricts = ArrayList<Double>()
@@ -114,6 +117,10 @@ object Parity {
                 val d = abs(g.weights[i].toDouble() - e.weights[i].toDouble())
                 wMax = maxOf(wMax, d); wSum += d; wN++
             }
+            for (i in e.evidence.indices) {
+                val d = abs(g.evidence[i].toDouble() - e.evidence[i].toDouble())
+                eMax = maxOf(eMax, d); eSum += d; eN++
+            }
             // float32, as numpy sums a float32 array (pipeline/stages/parity.py: weights.sum(axis=1) - 1.0)
             sumDev = maxOf(sumDev, abs(g.weights.sum() - 1f).toDouble())
             val (o, s) = topkOverlap(e.relevance, e.topk, g.topk, tie)
@@ -125,6 +132,8 @@ object Parity {
             "relevance_mean_abs" to relSum / maxOf(relN, 1),
             "weights_max_abs" to wMax,
             "weights_mean_abs" to wSum / maxOf(wN, 1),
+            "evidence_max_abs" to eMax,
+            "evidence_mean_abs" to eSum / maxOf(eN, 1),
             "topk_overlap_mean" to overlaps.average(),
             "topk_overlap_min" to (overlaps.minOrNull() ?: 0.0),
             "topk_overlap_strict_mean" to stricts.average(),

@@ -1,6 +1,7 @@
 // One screen, plain Views: bundled sample or a picked photo, a typed query (when the build shipped
 // the tokenizer and query encoder: contract.json typed_text) or a preset query, a model variant; the
-// relevance heatmap with the top-K patches outlined, and the weights of the three ways of knowing.
+// relevance heatmap with the strongest cells outlined, the verdict (Verdict.kt: the evidence output through
+// the build's calibration, or "no calibration in this folder"), and the weights of the three ways of knowing.
 // A typed query goes tokenizer -> encoder .pte -> relevance .pte, each step timed; the presets'
 // embeddings need neither and stay the fallback.
 // "Self-check" runs the golden bundle through every artifact on this device (as GoldenParityTest).
@@ -201,11 +202,13 @@ class MainActivity : ComponentActivity() {
                 else String.format(Locale.US, "%d tokens, tokenize %.1f + encode %.1f + relevance %.1f = %.1f ms",
                     encoded.ids.size, encoded.tokenizeMs, encoded.encodeMs, ms, encoded.tokenizeMs + encoded.encodeMs + ms)
                 runOnUiThread {
-                    heatmap.show(display, input.width, input.height, p, c.model.grid)
+                    val strongest = Verdict.strongestCells(p, c.model.numPatches, c.model.strongestShare)
+                    heatmap.show(display, input.width, input.height, p, c.model.grid, strongest)
                     weights.text = c.model.weightsOrder.zip(p.weights.toList())
                         .joinToString("   ") { (n, w) -> String.format(Locale.US, "%s %.2f", n, w) }
-                    status.text = String.format(Locale.US, "“%s”: %s (ExecuTorch, %s); red = relevance, yellow = top-%d",
-                        text ?: preset!!.text, timing, m.entry.file, c.model.topK)
+                    status.text = String.format(Locale.US, "“%s”: %s\n%s (ExecuTorch, %s); red = relevance, " +
+                        "yellow = the strongest %d of the top-%d", text ?: preset!!.text, Verdict.text(p, c.calibration),
+                        timing, m.entry.file, strongest.size, c.model.topK)
                 }
             } catch (e: Exception) {
                 runOnUiThread { status.text = "Inference failed: ${e.message}" }
@@ -240,12 +243,15 @@ class HeatmapView(context: Context) : View(context) {
     private var photoHeight = 1
     private var prediction: Prediction? = null
     private var grid = 1
+    private var outlined: List<Int> = emptyList()
     private val fill = Paint()
     private val outline = Paint().apply { style = Paint.Style.STROKE; color = Color.YELLOW; strokeWidth = 2f }
     private val photoPaint = Paint(Paint.FILTER_BITMAP_FLAG)
 
-    /** `bitmap` is the on-screen copy; `width` x `height` the photo the model saw (its own size). */
-    fun show(bitmap: Bitmap, width: Int, height: Int, prediction: Prediction, grid: Int) {
+    /** `bitmap` is the on-screen copy; `width` x `height` the photo the model saw (its own size);
+     *  `outlined`: the cells the answer rests on (Verdict.strongestCells). */
+    fun show(bitmap: Bitmap, width: Int, height: Int, prediction: Prediction, grid: Int, outlined: List<Int>) {
+        this.outlined = outlined
         this.bitmap = bitmap
         this.photoWidth = width
         this.photoHeight = height
@@ -272,7 +278,7 @@ class HeatmapView(context: Context) : View(context) {
             fill.color = Color.argb((p.relevance[i].coerceIn(0f, 1f) * 150).toInt(), 255, 0, 0)
             canvas.drawRect(left + c * cw, top + r * ch, left + (c + 1) * cw, top + (r + 1) * ch, fill)
         }
-        for (i in p.topk) {
+        for (i in outlined) {
             if (i < 0 || i >= grid * grid) continue
             val r = i / grid
             val c = i % grid

@@ -47,7 +47,8 @@ class RelevanceModel private constructor(
             "int32" -> topkTensor.dataAsIntArray
             else -> throw ContractException("${entry.topkOutput.name} dtype ${entry.topkOutput.dtype} is not supported")
         }
-        return Prediction(out[0].toTensor().dataAsFloatArray, topk, out[2].toTensor().dataAsFloatArray)
+        return Prediction(out[0].toTensor().dataAsFloatArray, topk, out[2].toTensor().dataAsFloatArray,
+                          out[3].toTensor().dataAsFloatArray)
     }
 
     override fun close() = module.destroy()
@@ -59,7 +60,7 @@ class RelevanceModel private constructor(
             if (entry.imageInput.dtype != "uint8") {
                 throw ContractException("${entry.imageInput.name} is ${entry.imageInput.dtype}; the app hands over uint8 photos")
             }
-            val floats = listOf(entry.queryInput, entry.relevanceOutput, entry.weightsOutput)
+            val floats = listOf(entry.queryInput, entry.relevanceOutput, entry.weightsOutput, entry.evidenceOutput)
             floats.firstOrNull { it.dtype != "float32" }?.let {
                 throw ContractException("${it.name} is ${it.dtype}; the app feeds and reads float32")
             }
