@@ -175,7 +175,7 @@ def test_cached_training_path_equals_the_model_forward():
     relevance = features.relevance_of(model, feats, scenes, pairs)
     with torch.no_grad():
         images = features.as_photos(data.images[data.scene_of[pairs.numpy()]])
-        expected, _, expected_weights = model(images, feats.queries[pairs])
+        expected, _, expected_weights, _ = model(images, feats.queries[pairs])
     torch.testing.assert_close(relevance.detach(), expected, atol=1e-5, rtol=0)
     # the evaluation's path (maps + weights of every pair, then `ablated`) is the same model
     maps, weights = tr.outputs(model, feats)
