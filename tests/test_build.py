@@ -98,9 +98,10 @@ def test_published_onnx_runs_dynamic_batch_in_onnxruntime(published, golden):
     session = ort.InferenceSession(str(published / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].type == "tensor(uint8)"
     for n in (1, 5):
-        rel, topk, w = session.run(None, golden.heldout.inputs(0, n))
-        assert rel.shape == (n, 196) and topk.shape == (n, 64) and topk.dtype == np.int64
+        rel, topk, w, evidence = session.run(None, golden.heldout.inputs(0, n))
+        assert rel.shape == (n, 196) and topk.shape == (n, 64) and topk.dtype == np.int64 and evidence.shape == (n, 4)
         np.testing.assert_allclose(rel, golden.heldout.expected["relevance"][:n], atol=1e-3)
+        np.testing.assert_allclose(evidence, golden.heldout.expected["evidence"][:n], atol=1e-4)
     for i in golden.heldout.whole:  # whole photos, each at its own size, through one graph
         rel = session.run(None, golden.heldout.inputs(i, i + 1))[0]
         np.testing.assert_allclose(rel, golden.heldout.expected["relevance"][i : i + 1], atol=1e-3)
