@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -43,7 +44,8 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
     }
 
     # Files of the publish that the page reads from beside the site (web/ is one folder of it):
-    # calibration.json sits beside manifest.json, and the page fetches it from its own folder.
+    # calibration.json sits beside manifest.json, and the page fetches it from its own folder. A
+    # publish without one is answered `null` ("none here"), not a 404 the browser logs as an error.
     FROM_THE_PUBLISH = ("/calibration.json",)
 
     def translate_path(self, path):
@@ -59,10 +61,21 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
             if not self._inside():
                 self.send_error(404, "Not found")  # a link out of the served folder: never followed
                 return None
+            if self.path.split("?", 1)[0] in self.FROM_THE_PUBLISH and not os.path.lexists(self.translate_path(self.path)):
+                return self._none_here()
             return super().send_head()
         except ValueError:
             self.send_error(400, "Malformed path")
             return None
+
+    def _none_here(self):
+        """`null` for a file of the publish that this publish does not have."""
+        body = b"null\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
 
     def _inside(self) -> bool:
         """The file this request would open (a folder's index.html included), with every link

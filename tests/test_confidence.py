@@ -113,6 +113,33 @@ def test_predict_prints_and_writes_the_confidence(tmp_path, cli):
     assert len(rows) == 2 and all(r["confidence"] is None and r["stands_out"] is None for r in rows)
 
 
+def test_serve_hands_the_page_the_publish_s_calibration(tmp_path):
+    """`invoke serve` serves web/ of a publish: the page's calibration.json is the one beside
+    manifest.json, `null` when the publish has none (a 404 would be a console error in the page),
+    never a link out of the publish nor any other file of it."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    from arrcoc_edge.serve import serving
+
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "index.html").write_text("page")
+    (tmp_path / "manifest.json").write_text("{}")
+    with serving(tmp_path / "web") as url:
+        assert json.loads(urllib.request.urlopen(url + CALIBRATION_FILE).read()) is None
+        (tmp_path / CALIBRATION_FILE).write_text(json.dumps(Calibration(COEF, BIAS).to_dict()))
+        assert Calibration.from_dict(json.loads(urllib.request.urlopen(url + CALIBRATION_FILE).read())).bias == BIAS
+        for name, target in (("manifest.json", None), (CALIBRATION_FILE, tmp_path / "secret")):
+            if target is not None:
+                target.write_text("secret")
+                (tmp_path / CALIBRATION_FILE).unlink()
+                os.symlink(target, tmp_path / CALIBRATION_FILE)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url + name)
+            assert refused.value.code == 404
+
+
 # ------------------------------------------------------------------ every target's parity (slow: the session's shared builds)
 
 SHARED = {"onnx,ptl": ("onnx", "ptl"), "executorch,ptl": ("executorch",),

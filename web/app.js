@@ -407,6 +407,7 @@ async function loadCalibration() {
   try {
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
     const c = await r.json();
+    if (c === null) return { missing: true };  // invoke serve: this publish has none
     const names = state.config.evidence_names || [];
     const numbers = Array.isArray(c.coef) ? [...c.coef, c.bias] : [];
     if (c.format !== CALIBRATION.format || c.model !== 'logistic' || JSON.stringify(c.features) !== JSON.stringify(names)

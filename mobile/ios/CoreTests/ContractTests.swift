@@ -13,12 +13,13 @@ final class ContractTests: XCTestCase {
         XCTAssertLessThanOrEqual(contract.preprocessing.min_side, contract.preprocessing.max_side)
         for (key, entry) in contract.artifacts {
             XCTAssertEqual(entry.inputs.count, 2, key)
-            XCTAssertEqual(entry.outputs.count, 3, key)
+            XCTAssertEqual(entry.outputs.count, 4, key)
             // [1,H,W,3]: batch, the photo's own height and width, 3 channels
             XCTAssertEqual(entry.imageInput.shape.map { $0.size }, [nil, nil, nil, 3], key)
             XCTAssertEqual(entry.relevanceOutput.shape.last?.size, contract.model.num_patches, key)
             XCTAssertEqual(entry.topkOutput.shape.last?.size, contract.model.top_k, key)
             XCTAssertEqual(entry.weightsOutput.shape.last?.size, 3, key)
+            XCTAssertEqual(entry.evidenceOutput.shape.last?.size, contract.model.evidence_names.count, key)
             XCTAssertEqual(entry.queryInput.shape.last?.size, contract.model.query_dim, key)
             XCTAssertEqual(entry.topkOutput.dtype, entry.topk_dtype, key)
             XCTAssertGreaterThan(entry.bytes, 0, key)
