@@ -150,12 +150,13 @@ SHARED = {"onnx,ptl": ("onnx", "ptl"), "executorch,ptl": ("executorch",),
 @pytest.mark.slow
 @pytest.mark.parametrize("targets", list(SHARED))
 def test_every_target_holds_the_evidence_output_to_its_gate(shared_build, targets):
-    """Each variant a target measured records the evidence's parity in the manifest and its gate
-    limits it: every graph every target publishes has the output, run in its real runtime."""
+    """Each variant with parity numbers records the evidence's in the manifest and its gate limits
+    it: every graph every target publishes has the output, run in its real runtime (CoreML: the
+    NumPy MIL evaluator's reference check; the app targets: their artifacts' own numbers)."""
     manifest = json.loads((shared_build(targets).out / "manifest.json").read_text())
     for name in SHARED[targets]:
         measured = {v: e["parity"] for v, e in manifest["targets"][name]["variants"].items()
-                    if (e.get("parity") or {}).get("measured") and "topk_overlap_min" in e["parity"].get("metrics", {})}
+                    if "topk_overlap_min" in (e.get("parity") or {}).get("metrics", {})}
         assert measured, f"{name} measured no variant's parity"
         for variant, parity in measured.items():
             metrics, limit = parity["metrics"], parity["gate"]["max"].get("evidence_max_abs")
