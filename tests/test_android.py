@@ -118,6 +118,9 @@ def test_contract_matches_the_published_pte_files_byte_for_byte(built, contract)
         names = Runtime.get().load_program(out / "executorch" / art["file"]).method_names
         assert art["square_method"] == "forward_16g" and set(names) == {"forward", "forward_16g"}
     assert contract["app"]["default_artifact"] in contract["artifacts"]
+    # the calibration the build published beside manifest.json, carried for the app's verdict
+    published = out / "calibration.json"
+    assert contract["calibration"] == (json.loads(published.read_text()) if published.exists() else None)
     assert mobile_contract.check_files(contract, out / "android") and android.check_bundle(contract, app)
     # the app copy is exactly what was published, nothing more, nothing less (besides the user's files)
     assert tree(out / "android") == bundle_in_app(app)

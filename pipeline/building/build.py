@@ -343,6 +343,8 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     try:
         with timings.phase("calibration"):
             confidence = fit_confidence(ckpt, options.get("base_model"), run_dir, log)
+        # the stages that carry the calibration into what they publish (the apps' contract.json)
+        options = {**options, "confidence_calibration": confidence.record}
         for target in order:
             locking.check_interrupted()  # stage boundary: an interrupt a library swallowed stops here
             with timings.phase(target.name) as phase:

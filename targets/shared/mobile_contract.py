@@ -208,14 +208,9 @@ def contract(cfg: ModelConfig, artifacts: dict[str, dict], presets: dict | None 
 
 
 def build_calibration(ctx) -> dict | None:
-    """The calibration this build publishes, for the apps to carry: the calibration.json of a
-    stage named "calibration" that ran before this one and published it, else None."""
-    stage = ctx.upstream.get("calibration")
-    report = stage.primary if stage is not None and stage.publishable else None
-    for path in report.variant.files if report is not None else []:
-        if Path(path).name == evidence.CALIBRATION_FILE:
-            return evidence.Calibration.read(Path(path)).to_dict()
-    return None
+    """The calibration this build publishes as calibration.json (the build core fits it before any
+    stage: stages/calibration.py), for the apps to carry; None when the build has none."""
+    return ctx.options.get("confidence_calibration")
 
 
 # The calibration the apps' own tests hold Verdict.kt and Verdict.swift to: coefficients of the
