@@ -8,11 +8,7 @@ Calibration, fitted on labelled natural photos for one checkpoint and published 
 beside manifest.json, maps it to `confidence`, the probability that what the query asks for is in
 the photo; `stands_out` is confidence >= STANDS_OUT. A folder without calibration.json has no
 confidence, and every reader says so (NO_CALIBRATION) instead of a number.
-
-contrast() is kept as what it measures, the shape of the normalised map ((mean of the strongest
-cells - the median cell) / range), for scripts/measure_stands_out.py's comparison with it
-(THRESHOLD is the cut it was once read at); no reader answers with it. numpy only: the page
-(web/app.js) and both apps compute the confidence the same way.
+numpy only: the page (web/app.js) and both apps compute the confidence the same way.
 """
 from __future__ import annotations
 
@@ -23,10 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, STRONGEST_SHARE, strongest_cells  # noqa: F401
+from arrcoc_edge.relevance.signature import EVIDENCE_NAMES
 
-TOP_SHARE = STRONGEST_SHARE
-THRESHOLD = 0.86  # the contrast's former cut (scripts/measure_stands_out.py compares with it)
 STANDS_OUT = 0.5  # confidence at or above this: what the query asks for is more likely there than not
 NO_CALIBRATION = "no calibration in this folder"
 CALIBRATION_FILE = "calibration.json"  # beside manifest.json in a published folder
@@ -77,17 +71,6 @@ class Calibration:
         if len(raw) > limit:
             raise ValueError(f"{path} is larger than {limit} bytes")
         return cls.from_dict(json.loads(raw))
-
-
-def contrast(relevance, share: float = TOP_SHARE) -> float:
-    """The contrast of one photo's relevance map (any shape; [G*G] or [G, G]), in [0, 1]."""
-    r = np.asarray(relevance, dtype=np.float64).ravel()
-    span = float(r.max() - r.min()) if r.size else 0.0
-    if not span > 0.0:  # a flat map (or an empty one): nothing is singled out
-        return 0.0
-    n = strongest_cells(r.size, share)
-    top = float(np.partition(r, r.size - n)[r.size - n:].mean())
-    return (top - float(np.median(r))) / span
 
 
 def percent(value: float) -> str:
