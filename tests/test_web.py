@@ -278,33 +278,39 @@ def test_upload_via_file_input_respects_exif_orientation(page, tmp_path):
     assert pg.p.evaluate("window.arrcoc.imageSize()") == [320, 240]
 
 
-def test_the_page_lists_the_strongest_cells_and_says_honestly_that_it_has_no_calibration(page, tmp_path):
-    """The shared build publishes no calibration.json: the page says so on every answer (never a
-    made-up number), its evidence is the model's own output, the list holds the strongest few
-    cells, and only the strongest cells are outlined until every top-K cell is asked for."""
+def test_the_page_lists_the_strongest_cells_and_reads_the_publish_s_calibration(page, built):
+    """The page's calibration is the publish's calibration.json (served beside the site), its
+    confidence Python's on the page's own evidence, the list holds the strongest few cells, and
+    only the strongest cells are outlined until every top-K cell is asked for."""
+    from arrcoc_edge.relevance.evidence import CALIBRATION_FILE, Calibration, percent
     from arrcoc_edge.relevance.signature import strongest_cells
 
     pg = page.open()
-    assert pg.p.evaluate("window.arrcoc.calibration()") == {"missing": True}
     pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
     last = pg.p.evaluate("window.arrcoc.last()")
-    assert last["confidence"] is None and last["standsOut"] is None and len(last["evidence"]) == 4
-    assert pg.p.get_attribute("#answer", "data-stands-out") == "unknown"
-    assert pg.p.text_content("#answer").startswith("Confidence unknown: no calibration in this folder")
+    assert len(last["evidence"]) == 4
+    published = built[0] / CALIBRATION_FILE
+    if published.exists():
+        calibration = Calibration.read(published)
+        assert pg.p.evaluate("window.arrcoc.calibration()") == {"coef": list(calibration.coef), "bias": calibration.bias}
+        want = float(calibration.confidence(np.asarray(last["evidence"], np.float32)))
+        assert last["confidence"] == pytest.approx(want, abs=1e-9) and last["standsOut"] is (want >= 0.5)
+        assert percent(want) in pg.p.text_content("#answer")
+    else:
+        assert last["confidence"] is None and pg.p.get_attribute("#answer", "data-stands-out") == "unknown"
     cells = pg.p.locator("#topk li").all_text_contents()
     ranked = sorted(last["topk"], key=lambda i: -last["relevance"][i])
     assert len(cells) == 5 and cells[0].startswith(f"row {ranked[0] // 14}, col {ranked[0] % 14}: 1.000")
-    n = strongest_cells(196)
-    assert pg.p.evaluate("window.arrcoc.overlay().cells") == ranked[:n]
+    assert pg.p.evaluate("window.arrcoc.overlay().cells") == ranked[:strongest_cells(196)]
     pg.p.check("#show-topk")
     assert sorted(pg.p.evaluate("window.arrcoc.overlay().cells")) == sorted(last["topk"])
     assert "all 64 outlined" in pg.p.text_content("#topk-note")
 
 
 def test_the_page_reads_the_folder_s_calibration_as_python_does(browser, built, tmp_path):
-    """A copy of the published site beside a calibration.json of the test's own coefficients, as
-    `invoke serve` serves a publish (the file beside manifest.json, web/ served): the page's
-    confidence and verdict are arrcoc_edge.relevance.evidence's on the page's own evidence, for a
+    """A copy of the published site, first without calibration.json (the page says there is none),
+    then beside one of the test's own coefficients, as `invoke serve` serves a publish (the file
+    beside manifest.json, web/ served): the page's confidence and verdict are arrcoc_edge.relevance.evidence's on the page's own evidence, for a
     red disc on a grey table (stands out) and the bare table (does not)."""
     from PIL import ImageDraw
 
@@ -319,9 +325,12 @@ def test_the_page_reads_the_folder_s_calibration_as_python_does(browser, built, 
     with serving(tmp_path / "pub" / "web") as url:
         pg = Page(browser, url)
         try:
-            pg.p.goto(url)  # the page without calibration first, to read the evidence it gets
+            pg.p.goto(url)  # a publish without calibration first: no number, and the page says so
             pg.p.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+            assert pg.p.evaluate("window.arrcoc.calibration()") == {"missing": True}
             pg.wait_result_change(lambda: pg.p.select_option("#query", label="something red"))
+            assert pg.p.evaluate("window.arrcoc.last().confidence") is None
+            assert pg.p.text_content("#answer").startswith("Confidence unknown: no calibration in this folder")
             found = {}
             for name, img in (("red-disc", disc), ("plain", Image.fromarray(table))):
                 img.save(tmp_path / f"{name}.png")
