@@ -106,7 +106,7 @@ def test_calibration_queries_are_read_once_and_recorded_by_name_and_digest(tmp_p
 
     def export(ckpt, cache, log):
         path.write_text("only\ntwo\n")  # after the check: the build must not read the file again
-        return SimpleNamespace(path=cache / "program.pt2", origin="not exported (test)")
+        return SimpleNamespace(path=cache / "program.pt2", origin="not exported (test)", cache_hit=False)
 
     def golden_set(model, cfg, checkpoint, base_model, calibration_queries):
         used["queries"] = calibration_queries
