@@ -76,7 +76,7 @@ def test_a_warm_build_into_another_folder_converts_nothing_and_records_its_phase
     assert "reused the files of an identical earlier conversion" in proc.stdout
     manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
     phases = manifest["build_timings"]["phases"]
-    assert sorted(phases, key=lambda name: phases[name]["start"]) == ["checkpoint", "export", "golden", "onnx"]
+    assert sorted(phases, key=lambda name: phases[name]["start"]) == ["checkpoint", "export", "golden", "calibration", "onnx"]
     assert phases["export"]["cached"] is True and phases["onnx"]["status"] == "published"
     assert all(p["seconds"] >= 0 and p["cpu_seconds"] >= 0 for p in phases.values())
     assert manifest["targets"]["onnx"]["build_cpu_seconds"] == phases["onnx"]["cpu_seconds"]

@@ -103,7 +103,7 @@ def test_bad_input_is_one_line_and_exit_2(case, out, photo, tmp_path):
     line = one_line(run_cli("predict", *args))
     expected = {"wrong width": "[384]", "float64": "float32", "unknown runtime": "onnx, onnx:fp32",
                 "not an image": "cannot be decoded", "too small": "12x40", "both queries": "exactly one",
-                "nothing published": "nothing is published"}[case]
+                "nothing published": "does not exist"}[case]
     assert expected in line
 
 
@@ -264,7 +264,8 @@ def test_ctrl_c_in_a_folder_predict_with_heatmaps_changes_nothing(out, photo, tm
             str(out), "--json", str(tmp_path / "all.jsonl"), "--heatmap", str(tmp_path / "heat")]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(list((tmp_path / "heat").glob("*.png"))) < 5 and proc.poll() is None:
+    # heatmaps are saved into the run's hidden staging folder inside heat/ and linked at the end
+    while time.monotonic() < deadline and len(list((tmp_path / "heat").glob(".*/*.png"))) < 5 and proc.poll() is None:
         time.sleep(0.1)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
@@ -358,8 +359,8 @@ def test_predict_outputs_are_checked_before_the_model_runs(case, out, own_photo,
         (tmp_path / "ro").mkdir(mode=0o555)
     line = _refused(*_in_process("--image", str(own_photo), "--query", "a cat", "--out", str(out),
                                  f"--{option}", str(value)))
-    want = {"missing": "does not exist", "/dev/full": "not a regular file", ".xyz": "not an image format",
-            "without": "not an image format", ".json": "not an image format", "folder": "not a regular file",
+    want = {"missing": "does not exist", "/dev/full": "is a device", ".xyz": "not an image format",
+            "without": "not an image format", ".json": "not an image format", "folder": "is a folder",
             "read-only": "cannot write"}
     assert next(v for k, v in want.items() if k in case) in line, line
     assert not (tmp_path / "missing").exists()

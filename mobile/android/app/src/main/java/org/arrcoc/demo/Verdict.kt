@@ -21,7 +21,6 @@ class Calibration(val coef: DoubleArray, val bias: Double) {
     }
 
     companion object {
-        const val FILE_NAME = "calibration.json"
         const val FORMAT = "arrcoc-edge/confidence-calibration/1"
 
         /** calibration.json's object (or contract.json's copy of it), for the model's evidence names. */
