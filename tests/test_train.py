@@ -15,6 +15,7 @@ from arrcoc_edge.relevance.checkpoint import load_checkpoint
 from arrcoc_edge.relevance.model import ModelConfig, TextureArray, build_model
 from arrcoc_edge.training import features
 from arrcoc_edge.training import scenes as sc
+from arrcoc_edge.training import evaluation as ev
 from arrcoc_edge.training import train as tr
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,7 +116,7 @@ def test_open_scenes_are_deterministic_and_their_targets_are_what_the_query_asks
     detail = torch.from_numpy(feats.kinds == "detail")
     persp = feats.fixed_maps[feats.scene_of[detail], 1]
     chance = float(feats.masks[detail].sum(dim=1).mean() / 196)
-    assert tr.precision_at_k(persp, feats.masks[detail], 64)["r_precision"] > chance + 0.25
+    assert ev.precision_at_k(persp, feats.masks[detail], 64)["r_precision"] > chance + 0.25
 
 
 def test_natural_scenes_ask_the_colours_their_pixels_hold_or_lack():
@@ -154,14 +155,14 @@ def test_presence_loss_rewards_evidence_that_follows_presence():
 def test_metric_definitions():
     relevance = torch.tensor([[0.9, 0.8, 0.1, 0.7, 0.0], [0.0, 0.1, 0.2, 0.3, 0.4]])
     masks = torch.tensor([[1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0, 0.0]])
-    got = tr.precision_at_k(relevance, masks, k=2)
+    got = ev.precision_at_k(relevance, masks, k=2)
     # top2: row 0 {0,1} -> 1 hit, row 1 {4,3} -> 0 hits
     assert got["precision_at_k"] == pytest.approx(0.25)  # (1/2 + 0/2) / 2
     assert got["recall_at_k"] == pytest.approx(0.25)  # hits / min(K, |gt|) = (1/2 + 0/2) / 2
     assert got["precision_ceiling"] == pytest.approx(1.0)  # |gt| >= K in both rows
     # R-precision: row 0 top2 {0,1} -> 1/2; row 1 top3 {4,3,2} -> 1/3
     assert got["r_precision"] == pytest.approx((0.5 + 1 / 3) / 2, abs=1e-4)
-    perfect = tr.precision_at_k(masks, masks, k=4)
+    perfect = ev.precision_at_k(masks, masks, k=4)
     assert perfect["recall_at_k"] == perfect["r_precision"] == 1.0
     assert perfect["precision_at_k"] == perfect["precision_ceiling"] == pytest.approx((2 + 3) / 8)
 
@@ -178,7 +179,7 @@ def test_cached_training_path_equals_the_model_forward():
         expected, _, expected_weights, _ = model(images, feats.queries[pairs])
     torch.testing.assert_close(relevance.detach(), expected, atol=1e-5, rtol=0)
     # the evaluation's path (maps + weights of every pair, then `ablated`) is the same model
-    maps, weights = tr.outputs(model, feats)
+    maps, weights = ev.outputs(model, feats)
     torch.testing.assert_close(weights[pairs], expected_weights, atol=1e-6, rtol=0)
     torch.testing.assert_close(features.ablated(maps, weights, None)[pairs], expected, atol=1e-5, rtol=0)
 
