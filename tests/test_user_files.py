@@ -79,6 +79,14 @@ def test_a_new_file_gets_the_umask_mode(tmp_path):
     assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o600
 
 
+def _writer_at_work(code: str, path, says: bytes) -> subprocess.Popen:
+    """A writer in its own process (`code`, given `path`), once it has said `says`: mid-write,
+    ready to be killed as the OOM killer would."""
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == says
+    return proc
+
+
 def test_a_killed_writers_temporary_file_is_swept_by_the_next_write(tmp_path, monkeypatch):
     """SIGKILL (the OOM killer, a power cut) left `.k.jsonl.XXXXXXXX.tmp` for good; a live
     writer's (locked) is left alone."""
@@ -86,8 +94,7 @@ def test_a_killed_writers_temporary_file_is_swept_by_the_next_write(tmp_path, mo
     code = ("import os, sys, time\nfrom pathlib import Path\nfrom arrcoc_edge.publishing import user_files\n"
             "def w(f):\n    f.write(b'x' * 100000); f.flush(); print('writing', flush=True); time.sleep(60)\n"
             "user_files.write_user_file(Path(sys.argv[1]), w)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"writing"
+    proc = _writer_at_work(code, target, b"writing")
     live = tmp_path / ".live.jsonl.abcdefgh.tmp"  # a live writer's: locked
     live.write_bytes(b"live")
     holder = os.open(live, os.O_RDONLY)
@@ -115,8 +122,7 @@ def test_a_killed_folder_predicts_heatmaps_do_not_block_a_rerun(tmp_path):
     code = ("import sys, time\nfrom pathlib import Path\nfrom arrcoc_edge.frontends import batch\n"
             "w = batch.HeatmapWriter(Path(sys.argv[1]))\n(w.staging / 'p0.png.heatmap.png').write_bytes(b'png')\n"
             "print('saved', flush=True); time.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE)
-    assert proc.stdout.readline().strip() == b"saved"
+    proc = _writer_at_work(code, folder, b"saved")
     assert batch.sweep_staging(folder) == 0  # alive: left alone
     proc.kill()
     proc.wait()
