@@ -374,3 +374,29 @@ def test_a_program_saved_through_memory_loads_back(tmp_path):
     back = torch.export.load(tmp_path / "p.pt2").module()
     x = torch.arange(6.0).reshape(2, 3)
     assert torch.equal(back(x), model(x))
+
+
+def test_discarding_an_entry_another_build_replaced_meanwhile_is_not_a_failure(tmp_path, monkeypatch):
+    """The stress test's rare race, made certain: lstat sees a file (or nothing), and by the time it
+    is unlinked another build has renamed its fresh entry folder to that name (EISDIR)."""
+    entry = tmp_path / "stress-key"
+    entry.write_bytes(b"old")
+    real_lstat = os.lstat
+
+    def lstat_then_replace(path, *args, **kwargs):
+        result = real_lstat(path, *args, **kwargs)
+        if Path(path) == entry and entry.is_file():
+            entry.unlink()
+            entry.mkdir()  # the other build's rename lands here
+            (entry / "blob.bin").write_bytes(b"new")
+        return result
+
+    monkeypatch.setattr(private_cache.os, "lstat", lstat_then_replace)
+    private_cache.discard(entry)  # no IsADirectoryError
+    assert (entry / "blob.bin").read_bytes() == b"new"  # the other build's entry is left alone
+    monkeypatch.undo()
+    private_cache.discard(tmp_path / "gone")  # nothing there: nothing to do
+    link = tmp_path / "link"
+    link.symlink_to(entry)
+    private_cache.discard(link)  # the link itself, never what it points to
+    assert not os.path.lexists(link) and (entry / "blob.bin").exists()

@@ -184,12 +184,19 @@ def seal(entry: Path, key: str) -> None:
 
 
 def discard(path: Path) -> None:
-    """Remove an entry of the user's own cache folder: a link itself, never what it points to."""
-    if path.is_symlink() or not path.is_dir():
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-    else:
+    """Remove an entry of the user's own cache folder: a link itself, never what it points to.
+    Never fails: other builds of the user remove and rename entries meanwhile, so what lstat saw may
+    be gone, or replaced by another build's fresh folder (unlink's EISDIR), by the time it is removed;
+    either way there is nothing of this call's left to remove."""
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return
+    if is_dir:
         shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            os.unlink(path)
 
 
 @contextlib.contextmanager
