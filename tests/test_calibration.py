@@ -82,6 +82,22 @@ def test_fit_separates_separable_evidence_and_recovers_a_known_model():
         cal.fit_logistic(x[:5], np.ones(5, bool))
 
 
+def test_the_penalty_is_chosen_by_leaving_one_photo_out():
+    """Photos whose evidence follows one logistic model: a penalty that pulls every confidence toward
+    0.5 calibrates worse on the photo left out, so the choice is among the small ones; a split that
+    cannot be cross-validated keeps the default."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1200, 4))
+    y = rng.random(1200) < 1 / (1 + np.exp(-(x @ np.array([2.0, 0.0, -1.0, 1.0]) - 0.5)))
+    photos = np.repeat(np.array(["a", "b", "c", "d"]), 300)
+    l2, scores = cal.choose_penalty(x, y, photos)
+    assert set(scores) == {f"{c:g}" for c in cal.L2_CHOICES} and scores[f"{l2:g}"] == min(scores.values())
+    assert scores["0.1"] > scores[f"{l2:g}"] and l2 < 0.1
+    assert cal.choose_penalty(x, y, np.full(1200, "a")) == (cal.L2, {})
+    only_absent_elsewhere = y & (photos == "a")
+    assert cal.choose_penalty(x, only_absent_elsewhere, photos) == (cal.L2, {})
+
+
 def test_measures_agree_with_their_definitions():
     from sklearn.metrics import roc_auc_score
 

@@ -31,6 +31,10 @@ from arrcoc_edge.relevance.signature import EVIDENCE_NAMES
 from arrcoc_edge.stages import natural_photos as nat
 
 L2 = 1e-2  # on standardised features: keeps the fit finite when a split separates perfectly
+# The penalty a build uses is chosen among these by leave-one-photo-out cross-validation on the
+# calibration split (lowest ECE): a larger one pulls every confidence toward 0.5, which costs
+# calibration; a smaller one follows the few photos of the split too closely.
+L2_CHOICES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 ECE_BINS = 10
 STRONGEST = 8  # "the strongest 8 cells": the measure of where the model looks
 
@@ -133,6 +137,24 @@ def measure(confidence: np.ndarray, labels: np.ndarray) -> dict:
             "ece": round(expected_calibration_error(confidence, labels), 4)}
 
 
+def choose_penalty(features: np.ndarray, labels: np.ndarray, photos: np.ndarray) -> tuple[float, dict[str, float]]:
+    """(the L2_CHOICES penalty whose fits, each on all photos but one and measured on that one, give
+    the lowest ECE over the whole split; {penalty: that ECE}). A split of one photo, or one whose
+    folds lack a class, cannot be cross-validated: L2 then."""
+    folds = [photos == photo for photo in np.unique(photos)]
+    if len(folds) < 2 or any(labels[~out].all() or not labels[~out].any() for out in folds):
+        return L2, {}
+    scores = {}
+    for l2 in L2_CHOICES:
+        confidence = np.zeros(len(labels))
+        for out in folds:
+            coef, bias = fit_logistic(features[~out], labels[~out], l2=l2)
+            confidence[out] = 1.0 / (1.0 + np.exp(-np.clip(features[out] @ coef + bias, -60, 60)))
+        scores[f"{l2:g}"] = round(expected_calibration_error(confidence, labels), 4)
+    best = min(L2_CHOICES, key=lambda l2: (scores[f"{l2:g}"], -l2))  # a tie goes to the larger penalty
+    return best, scores
+
+
 def colour_rows(nset: nat.NaturalSet) -> np.ndarray:
     return np.array([p.kind == "colour" for p in nset.pairs])
 
@@ -143,12 +165,16 @@ def fit(model, cfg, encode, encoder_name: str, heldout: bool = True) -> Calibrat
     calib = nat.natural_set("calibration", cfg.grid, places=False)
     outcome = run_pairs(model, calib, encode)
     labels = np.array([p.present for p in calib.pairs])
-    coef, bias = fit_logistic(outcome.evidence, labels)
+    photos = np.array([calib.names[p.crop].split("/")[0] for p in calib.pairs])
+    l2, by_penalty = choose_penalty(outcome.evidence, labels, photos)
+    coef, bias = fit_logistic(outcome.evidence, labels, l2=l2)
     fitted = Calibration(tuple(float(c) for c in coef), bias)
     record = {"split": "calibration", "photos": calib.photos, "crops": len(calib.images), "pairs": len(labels),
               "present": int(labels.sum()), "set_sha256": calib.sha256, "encoder": encoder_name,
               "method": "logistic regression on the evidence, present and absent weighted equally, L2 "
-                        f"{L2} on standardised features (pipeline/stages/calibration.py)",
+                        f"{l2:g} on standardised features, chosen by leave-one-photo-out ECE "
+                        "(pipeline/stages/calibration.py)",
+              "penalty_cross_validation_ece": by_penalty,
               "labels": f"colour present: >= {nat.PRESENT:.0%} of the crop's pixels, absent: <= {nat.ABSENT:.1%} "
                         "(pipeline/stages/natural_photos.py COLOUR_RULES)",
               "calibration_metrics": measure(fitted.confidence(outcome.evidence), labels)}

@@ -56,7 +56,7 @@ PRESET_SENTENCES = (
     "the bottom right",
     "something red",
     "something blue",
-    "the sky",
+    "something orange",
     "what stands out?",
     "the most detailed region",
     "anything unusual",
