@@ -264,3 +264,36 @@ def test_one_emulated_process_serves_a_stage_and_a_failure_or_overrun_costs_only
     for mine, theirs in zip(got + [again], alone + alone[:1]):
         assert mine.keys() == theirs.keys() and all(np.array_equal(mine[k], theirs[k]) for k in mine)
     assert [r.facts["machine"] for r in shared] == ["aarch64"] * 3
+
+
+def test_a_builds_emulated_run_is_reused_only_for_the_same_model_inputs_and_cpu(int8_out, monkeypatch, tmp_path):
+    """The build's emulated runs (cache_log given) keep their outputs in the conversion cache: the
+    same model bytes and inputs on the same CPU model give the first run's outputs bit for bit
+    without starting an emulator; another input array, model or CPU model runs afresh."""
+    from arrcoc_edge.targets.shared import arm64
+
+    _emulation_or_skip()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ARRCOC_CONVERSION_CACHE", raising=False)
+    files = [int8_out / v["files"][0] for v in _variants(int8_out).values()]
+    rng = np.random.default_rng(1)
+    batch = {"image": rng.integers(0, 256, (1, 224, 224, 3), dtype=np.uint8),
+             "query": rng.standard_normal((1, 384)).astype(np.float32)}
+    said = []
+    first = arm64.arm64_runner(files[0], cache_log=said.append)
+    got = first.run_many([batch])[0]
+    assert "reused" not in first.facts and any("converted in" in line for line in said)
+
+    class NoEmulator:
+        def run(self, *args):
+            raise AssertionError("the emulator ran although an identical run is cached")
+
+    again = arm64.arm64_runner(files[0], emulator=NoEmulator(), cache_log=said.append)
+    same = again.run_many([batch])[0]
+    assert "identical earlier run" in again.facts["reused"]
+    assert all(np.array_equal(same[k], got[k]) for k in got)
+    changed = {**batch, "query": batch["query"] * 0.5}
+    for model, inputs, isa in ((files[0], changed, arm64.ISA), (files[1], batch, arm64.ISA),
+                               (files[0], batch, arm64.X86_LEVELS[0])):
+        with pytest.raises(AssertionError, match="emulator ran"):
+            arm64.arm64_runner(model, isa=isa, emulator=NoEmulator(), cache_log=said.append).run_many([inputs])
