@@ -29,7 +29,27 @@ CONFIG_NAME = "required_operators.config"
 
 def convert(models: dict[str, Path], dest: Path, log) -> dict[str, Path]:
     """{output .ort name: source .onnx} -> {output name: path in dest}; also writes dest/CONFIG_NAME
-    listing the operators all of them need (one config for one ORT Mobile custom build)."""
+    listing the operators all of them need (one config for one ORT Mobile custom build). The same
+    sources (by bytes) reuse an earlier conversion's files (conversion_cache)."""
+    from arrcoc_edge.relevance.digest import sha256_file
+    from arrcoc_edge.stages.conversion_cache import convert_cached
+
+    def into(folder: Path) -> dict:
+        _convert(models, folder, log)
+        return {}
+
+    inputs = {name: sha256_file(src) for name, src in sorted(models.items())}
+    convert_cached("ort-format", inputs, ("onnxruntime", "onnx"), into, dest, log, keep=8)
+    return {name: expect_ort(dest / name) for name in models}
+
+
+def expect_ort(path: Path) -> Path:
+    if not path.is_file():
+        raise ExportError(f"ORT converter wrote no {path.name}", "rerun with --verbose to see its output")
+    return path
+
+
+def _convert(models: dict[str, Path], dest: Path, log) -> dict[str, Path]:
     # Inside the build's staging run (dest's parent), so a killed build's leftovers go with it.
     with tempfile.TemporaryDirectory(prefix="ort-convert-", dir=dest.parent) as tmp:
         src_dir, out_dir = Path(tmp, "in"), Path(tmp, "out")

@@ -63,7 +63,7 @@ class OnnxInt8Target(Target):
         fp32_bytes = fp32.stat().st_size
         calibration = {"source": source, "count": len(split), "sha256": split.sha256, "method": CALIBRATION_METHOD,
                        "heldout_sha256": ctx.golden.heldout.sha256}
-        chosen, row, tried, flavour = select_form_and_flavour(ctx, fp32, split)
+        chosen, row, tried, flavour = cached_selection(ctx, fp32, split)
         if chosen is None:
             raise GateError(
                 "no quantisation candidate (INT8 or A16W8) passes the gate on the calibration split: "
@@ -73,6 +73,7 @@ class OnnxInt8Target(Target):
         model = ctx.staging / f"model.{flavour}.onnx"
         chosen.replace(model)
         _remove_tree(ctx.staging / ".candidates")
+        _remove_tree(ctx.staging / ".selection")
         quant_info = {
             "format": "QDQ", "per_channel": False, "activations": row["activations"], "weights": "int8",
             "weight_only_nodes": row.get("weight_only_nodes", []),
@@ -233,6 +234,43 @@ def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
                 return chosen, {**row, "participatory_form": form}, tried, flavour
             ctx.log(f"[onnx-int8] no {flavour} candidate of the {form} form passes on the calibration split")
     return None, None, tried, None
+
+
+class _NonePassed(Exception):
+    def __init__(self, tried: list[dict]):
+        self.tried = tried
+
+
+def cached_selection(ctx: BuildContext, fp32: Path, split: GoldenSplit):
+    """select_form_and_flavour, or the outcome of an identical earlier selection (conversion_cache):
+    it reads the FP32 model's bytes, the checkpoint's program (the other form's export, the learned
+    weights' names) and the calibration split, all in the key, and its measurements are the
+    host-independent float evaluation of each QDQ graph (fake_quant.py). The chosen model is gated
+    afresh on the held-out split either way; a search where no candidate passes is never kept."""
+    from arrcoc_edge.relevance.digest import sha256_file
+    from arrcoc_edge.stages.conversion_cache import convert_cached
+
+    def search(folder: Path) -> dict:
+        chosen, row, tried, flavour = select_form_and_flavour(ctx, fp32, split)
+        if chosen is None:
+            raise _NonePassed(tried)
+        chosen.replace(folder / CHOSEN)
+        return {"row": row, "tried": tried, "flavour": flavour}
+
+    inputs = {"fp32": sha256_file(fp32), "program": ctx.program.cache_key, "split": split.sha256}
+    dest = ctx.staging / ".selection"
+    dest.mkdir(exist_ok=True)
+    try:
+        record = convert_cached("onnx-int8-selection", inputs, ("onnxruntime", "onnx", "torch"), search, dest, ctx.log,
+                                keep=4)
+    except _NonePassed as none:
+        return None, None, none.tried, None
+    chosen = expect_file(dest / CHOSEN, "the chosen INT8 candidate")
+    ctx.log(f"[onnx-int8] chosen: {record['row']['name']} ({record['flavour']}), of {len(record['tried'])} candidates tried")
+    return chosen, record["row"], record["tried"], record["flavour"]
+
+
+CHOSEN = "chosen.onnx"
 
 
 def other_form_fp32(ctx: BuildContext, form: str) -> Path:
