@@ -2,8 +2,9 @@
 
 Conversions take most of a build and give the same files for the same inputs: torch.export of the
 checkpoint, its ExecuTorch lowering (FP32 and int8) and CoreML packages, all-MiniLM-L6-v2 to ONNX
-(FP32 and int8) for the text-encoder target, all-MiniLM-L6-v2 to the apps' encoders, and that encoder's
-outputs on the emulated arm64 CPUs (targets/shared/encoder_arm64.py). A second
+(FP32 and int8) for the text-encoder target, all-MiniLM-L6-v2 to the apps' encoders, the INT8
+candidate search and the ORT-format conversion (targets/onnx_int8/), and the outputs of emulated
+runs (targets/shared/arm64.py, targets/shared/encoder_arm64.py). A second
 build that needs the same conversion (another --out, another target list, `--target android` after
 `--target executorch`, a rebuild after a failed gate elsewhere) copies the files instead.
 
