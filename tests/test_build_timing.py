@@ -80,3 +80,7 @@ def test_a_warm_build_into_another_folder_converts_nothing_and_records_its_phase
     assert phases["export"]["cached"] is True and phases["onnx"]["status"] == "published"
     assert all(p["seconds"] >= 0 and p["cpu_seconds"] >= 0 for p in phases.values())
     assert manifest["targets"]["onnx"]["build_cpu_seconds"] == phases["onnx"]["cpu_seconds"]
+    # the emulated CPUs' outputs are the earlier build's (the same file, inputs and emulation), gated afresh
+    by_isa = manifest["targets"]["onnx"]["variants"]["fp32"]["parity"]["by_isa"]
+    emulated = [record for isa, record in by_isa.items() if "emulated" in isa and record.get("measured")]
+    assert all(record["passed"] and "identical earlier run" in record["facts"]["reused"] for record in emulated), by_isa

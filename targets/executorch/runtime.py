@@ -19,6 +19,7 @@ from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.target import Runner
 
 from arrcoc_edge.targets.shared import et_runner
+from arrcoc_edge.targets.shared.emulated_cache import REUSED, cached_outputs
 
 # ExecuTorch ScalarType codes (as in c10) of the contract's dtypes: 6 = Float, 4 = Long.
 _SCALAR_TYPES = {0: "uint8", 6: "float32", 4: "int64", 3: "int32"}
@@ -118,13 +119,29 @@ def pte_runner(path: Path | bytes, max_batch: int) -> Runner:
 
 
 def cpp_runner(path: Path, max_batch: int, square_side: int | None, process: et_runner.RunnerProcess,
-               isa: str | None = None) -> Runner:
+               isa: str | None = None, cache_log=None) -> Runner:
     """`path` in the project's C++ runner (`process`: this host's or an emulated CPU model's), every
-    batch of a split in one request stream; the 16G method for photos of that size, as pte_runner."""
+    batch of a split in one request stream; the 16G method for photos of that size, as pte_runner.
+    With `cache_log` (a build's log) and an emulated `isa`, an identical earlier run's outputs are
+    reused (targets/shared/emulated_cache.py)."""
     runner = Runner(run=lambda inputs: run_many([inputs])[0], runtime="", max_batch=max_batch)
     runner.facts = {"cpu": et_runner.CPUS[isa][1]} if isa else {}
 
     def run_many(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        if cache_log is None or isa is None:
+            return run_fresh(batches)
+
+        def fresh():
+            outputs = run_fresh(batches)
+            return outputs, {"runtime": runner.runtime, "facts": runner.facts}
+
+        outputs, record, reused = cached_outputs(f"emulated-pte-{et_runner.CPUS[isa][0]}", et_runner.identity(isa),
+                                                 path, batches, fresh, cache_log, extra=f"square {square_side}")
+        if reused:
+            runner.runtime, runner.facts = record["runtime"], {**record["facts"], "reused": REUSED}
+        return outputs
+
+    def run_fresh(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         started, results, calls = time.monotonic(), [], []
         for batch in batches:
             image = np.ascontiguousarray(batch["image"], dtype=np.uint8)

@@ -256,7 +256,8 @@ class ExecutorchTarget(Target):
         # (and PCs run it on whatever x86 level they have: the x86-64 levels, the same way)
         side = ctx.config.image_size if SQUARE_METHOD in variant.info.get("methods", {}) else None
         process = lambda isa: ctx.kept(f"et-runner {isa}", lambda: et_runner.RunnerProcess(isa))  # noqa: E731
-        return {isa: (lambda isa=isa: cpp_runner(variant.files[0], variant.info["max_batch"], side, process(isa), isa))
+        return {isa: (lambda isa=isa: cpp_runner(variant.files[0], variant.info["max_batch"], side, process(isa), isa,
+                                                       cache_log=ctx.log))
                 for isa in arm64.emulated(et_runner.CPUS)}
 
     def published_runner(self, out: Path, entry: dict, variant: str, threads: int | None = None,

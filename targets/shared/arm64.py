@@ -18,7 +18,6 @@ its time limit. A model that onnxruntime loads and then fails on arm64 raises Ga
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -37,6 +36,8 @@ import numpy as np
 from arrcoc_edge import scratch, subproc
 from arrcoc_edge.errors import GateError, HostCapabilityError, SettingsError
 from arrcoc_edge.stages.target import Runner
+from arrcoc_edge.relevance.digest import sha256_file
+from arrcoc_edge.targets.shared.emulated_cache import REUSED, cached_outputs
 from arrcoc_edge.targets.shared.trusted_tree import check_tree
 
 ISA = "aarch64 (emulated)"
@@ -150,7 +151,7 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
     Runner.run_many runs a list of batches in one request to `emulator` (a stage's shared one, see
     Emulator; None: a process of its own, ended after the run); Runner.facts then holds what the
     emulator reported (machine, onnxruntime version, the CPU features it saw) and the time per call.
-    With `cache_log` (a build's log), the outputs of an identical earlier run are reused (cached_run)."""
+    With `cache_log` (a build's log), the outputs of an identical earlier run are reused (targets/shared/emulated_cache.py)."""
     arch = machine(isa)
     root = emulation_root(arch)
     qemu = qemu_name(root, arch)
@@ -167,24 +168,25 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
         shapes = [f"{len(b['image'])} x {b['image'].shape[1]}x{b['image'].shape[2]}" if "image" in b else "-"
                   for b in batches]
 
-        def emulate(folder: Path) -> dict:
-            np.savez(folder / "inputs.npz", count=np.array(len(batches)), **arrays)
-            if emulator is None:
-                with Emulator(isa, root) as own:
-                    facts = own.run(model, folder, limit)
-            else:
-                facts = emulator.run(model, folder, limit)
-            os.unlink(folder / "inputs.npz")  # what is kept (and cached) is the outputs and the facts
-            (folder / "facts.json").unlink(missing_ok=True)
-            return facts
+        def fresh() -> tuple[list[dict[str, np.ndarray]], dict]:
+            with scratch.TemporaryFolder("arrcoc-arm64-", family="arrcoc-") as tmp:  # swept after a kill -9
+                folder = Path(tmp)
+                np.savez(folder / "inputs.npz", count=np.array(len(batches)), **arrays)
+                if emulator is None:
+                    with Emulator(isa, root) as own:
+                        facts = own.run(model, folder, limit)
+                else:
+                    facts = emulator.run(model, folder, limit)
+                return _read_outputs(folder / "outputs.npz", len(batches), root), facts
 
-        with scratch.TemporaryFolder("arrcoc-arm64-", family="arrcoc-") as tmp:  # swept after a kill -9
-            folder = Path(tmp)
-            if cache_log is None:
-                facts = emulate(folder)
-            else:
-                facts = cached_run(model, arrays, isa, root, emulate, folder, cache_log)
-            results = _read_outputs(folder / "outputs.npz", len(batches), root)
+        if cache_log is None:
+            results, facts = fresh()
+        else:
+            identity = {"cpu": cpu, "emulator": sha256_file(root / f"qemu-{arch}"),
+                        "emulation_marker": "\n".join(marker_lines(root))}
+            results, facts, reused = cached_outputs(f"emulated-onnx-{cpu}", identity, model, batches, fresh, cache_log,
+                                                    tools=("onnxruntime", "numpy"))
+            facts = {**facts, "reused": REUSED} if reused else facts
         runner.runtime = (f"onnxruntime {facts['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, 1 thread) "
                           f"on {facts['machine']} under {qemu} -cpu {cpu}")
         calls = facts["call_ms"]
@@ -203,36 +205,6 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
 
     runner.run_many = run_many
     return runner
-
-
-def cached_run(model: Path, arrays: dict[str, np.ndarray], isa: str, root: Path, emulate, folder: Path, log) -> dict:
-    """`emulate(folder)` (outputs.npz into `folder`, the worker's facts returned), or the outputs and
-    facts of an identical earlier run from the conversion cache: an emulated run reads nothing but
-    the model's bytes, the input arrays, the emulator binary, the emulation root (its marker names
-    the wheels and the qemu version) or, for an x86 level, this interpreter's onnxruntime, and the
-    CPU model, all in the key. The gate is always applied afresh; only a run that finished is kept
-    (a failure or an overrun raises before anything is stored). The facts say when they were reused."""
-    from arrcoc_edge.relevance.digest import sha256_file
-    from arrcoc_edge.stages.conversion_cache import convert_cached
-
-    digest = hashlib.sha256()
-    for name in sorted(arrays):
-        array = arrays[name]
-        digest.update(f"\0{name}\0{array.dtype.str}\0{array.shape}\0".encode() + array.tobytes())
-    arch = machine(isa)
-    inputs = {"model": sha256_file(model), "inputs": digest.hexdigest(), "cpu": CPUS[isa][0],
-              "emulator": sha256_file(root / f"qemu-{arch}"), "emulation_marker": "\n".join(marker_lines(root))}
-    ran = []
-
-    def run(dest: Path) -> dict:
-        ran.append(True)
-        return emulate(dest)
-
-    facts = convert_cached(f"emulated-onnx-{CPUS[isa][0]}", inputs, ("onnxruntime", "numpy"), run, folder, log, keep=24)
-    if not ran:
-        facts["reused"] = ("the outputs of an identical earlier run (same model bytes, inputs, emulator, "
-                           "emulation root and CPU model); the times are that run's")
-    return facts
 
 
 def _read_outputs(path: Path, count: int, root: Path) -> list[dict[str, np.ndarray]]:
