@@ -129,7 +129,7 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
     cannot write its file aborts the process (torch's zip writer does), so the cache's file
     system never gets the chance. The entry is stored afterwards, as a copy, if it can be."""
     if os.environ.get(OFF_VARIABLE) == "off":
-        return json.loads(json.dumps(convert(dest)))
+        return _as_stored(convert(dest))
     key = conversion_key(kind, inputs, tools)
     note = lambda message: log(f"note: conversion cache {message}")  # noqa: E731
     try:
@@ -143,7 +143,7 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
             log(f"{kind}: reused the files of an identical earlier conversion ({cache / key})")
         else:
             started = time.monotonic()
-            record = json.loads(json.dumps(convert(work)))
+            record = _as_stored(convert(work))
             if cache is not None:
                 _store(cache, key, work, record, note)
             # said, so a build that should have reused everything shows what it converted
@@ -153,6 +153,12 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
     if cache is not None:
         _forget_old(cache, kind, keep)
     return record
+
+
+def _as_stored(record: dict) -> dict:
+    """`record` as an entry gives it back (JSON, keys sorted): a fresh conversion and a reused one
+    hand the caller the same object, down to key order (which a file written from it shows)."""
+    return json.loads(json.dumps(record, sort_keys=True))
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from arrcoc_edge.relevance.signature import OUTPUT_NAMES
 from arrcoc_edge.stages.target import Runner
 
 from arrcoc_edge.targets.shared import et_runner
-from arrcoc_edge.targets.shared.emulated_cache import REUSED, cached_outputs
+from arrcoc_edge.targets.shared.run_cache import REUSED, cached_outputs
 
 # ExecuTorch ScalarType codes (as in c10) of the contract's dtypes: 6 = Float, 4 = Long.
 _SCALAR_TYPES = {0: "uint8", 6: "float32", 4: "int64", 3: "int32"}
@@ -123,7 +123,7 @@ def cpp_runner(path: Path, max_batch: int, square_side: int | None, process: et_
     """`path` in the project's C++ runner (`process`: this host's or an emulated CPU model's), every
     batch of a split in one request stream; the 16G method for photos of that size, as pte_runner.
     With `cache_log` (a build's log) and an emulated `isa`, an identical earlier run's outputs are
-    reused (targets/shared/emulated_cache.py)."""
+    reused (targets/shared/run_cache.py)."""
     runner = Runner(run=lambda inputs: run_many([inputs])[0], runtime="", max_batch=max_batch)
     runner.facts = {"cpu": et_runner.CPUS[isa][1]} if isa else {}
 

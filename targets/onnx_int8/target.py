@@ -17,6 +17,7 @@ kernels and, where this host can emulate them, on arm64's and on the x86-64 leve
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -257,7 +258,12 @@ def cached_selection(ctx: BuildContext, fp32: Path, split: GoldenSplit):
         chosen.replace(folder / CHOSEN)
         return {"row": row, "tried": tried, "flavour": flavour}
 
-    inputs = {"fp32": sha256_file(fp32), "program": ctx.program.cache_key, "split": split.sha256}
+    from arrcoc_edge.targets.onnx_int8 import quantize
+
+    # what the search tries and holds them to, as this process has them (the module's settings)
+    rules = json.dumps({"candidates": [c.describe() for c in quantize.CANDIDATES],
+                        "gate": int8_gate(fp32.stat().st_size).maxima}, sort_keys=True)
+    inputs = {"fp32": sha256_file(fp32), "program": ctx.program.cache_key, "split": split.sha256, "rules": rules}
     dest = ctx.staging / ".selection"
     dest.mkdir(exist_ok=True)
     try:

@@ -37,7 +37,7 @@ from arrcoc_edge import scratch, subproc
 from arrcoc_edge.errors import GateError, HostCapabilityError, SettingsError
 from arrcoc_edge.stages.target import Runner
 from arrcoc_edge.relevance.digest import sha256_file
-from arrcoc_edge.targets.shared.emulated_cache import REUSED, cached_outputs
+from arrcoc_edge.targets.shared.run_cache import REUSED, cached_outputs
 from arrcoc_edge.targets.shared.trusted_tree import check_tree
 
 ISA = "aarch64 (emulated)"
@@ -151,7 +151,7 @@ def arm64_runner(model: Path, timeout: float | None = None, isa: str = ISA, emul
     Runner.run_many runs a list of batches in one request to `emulator` (a stage's shared one, see
     Emulator; None: a process of its own, ended after the run); Runner.facts then holds what the
     emulator reported (machine, onnxruntime version, the CPU features it saw) and the time per call.
-    With `cache_log` (a build's log), the outputs of an identical earlier run are reused (targets/shared/emulated_cache.py)."""
+    With `cache_log` (a build's log), the outputs of an identical earlier run are reused (targets/shared/run_cache.py)."""
     arch = machine(isa)
     root = emulation_root(arch)
     qemu = qemu_name(root, arch)

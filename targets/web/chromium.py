@@ -4,6 +4,7 @@ over the built site, served on localhost with cross-origin isolation.
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 from pathlib import Path
 
@@ -67,6 +68,24 @@ class SharedChromium:
 
 
 CHROMIUM_HOST = SharedChromium()
+
+
+@functools.cache
+def browser_identity() -> dict[str, str]:
+    """What a page run depends on besides the site: the Chromium launcher's and binary's bytes
+    (hashed once per process) and the flags it runs with; keys of targets/shared/run_cache.py."""
+    from arrcoc_edge.relevance.digest import sha256_file
+
+    binary = CHROMIUM.resolve().parent.parent / "lib" / "chromium" / "chromium"
+    return {"chromium": sha256_file(CHROMIUM), "chromium_binary": sha256_file(binary) if binary.is_file() else "absent",
+            "chromium_args": " ".join(CHROMIUM_ARGS)}
+
+
+def page_identity(site: Path) -> dict[str, str]:
+    """browser_identity and the sha256 of every file of the site (path and bytes)."""
+    from arrcoc_edge.stages.conversion_cache import folder_digest
+
+    return {"site": folder_digest(Path(site)), **browser_identity()}
 
 
 def _link_or_copy(src: str, dst: str) -> None:

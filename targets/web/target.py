@@ -37,13 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
+from arrcoc_edge import scratch
 from arrcoc_edge.errors import ExportError, HostCapabilityError, MissingExtraError
 from arrcoc_edge.relevance.signature import EVIDENCE_NAMES, MAX_SIDE, MIN_SIDE
+from arrcoc_edge.stages.conversion_cache import convert_cached, minilm_inputs
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
 from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
 from arrcoc_edge.targets.shared import onnx_common
-from arrcoc_edge.targets.text_encoder.target import upstream_text_encoder
-from arrcoc_edge.targets.web.chromium import PageSession
+from arrcoc_edge.targets.shared.run_cache import REUSED, cached_outputs
+from arrcoc_edge.targets.text_encoder.target import QWEN_KIND, upstream_text_encoder
+from arrcoc_edge.targets.web.chromium import PageSession, page_identity, require_browser
 from arrcoc_edge.targets.web.decode_gap import measure_decode_gap
 from arrcoc_edge.targets.web.site_files import (
     PAGE_FILES,
@@ -65,6 +68,10 @@ from arrcoc_edge.targets.web.text_checks import measure_text_in_browser, text_ga
 
 # The vendored WASM is ~14 MB and the INT8 text encoder ~23.6 MB; the rest is < 2 MB.
 SITE_BUDGET = 48 * 1024 * 1024
+# what the page measurements' Python side runs (the reference tokenizer and encoders, the photos the
+# decode gap reads, the reference onnxruntime): their versions are in the measurements' cache key
+PAGE_TOOLS = ("playwright", "onnxruntime", "numpy", "pillow", "scikit-image", "scikit-learn", "tokenizers",
+              "transformers", "sentence-transformers", "torch")
 # With arr-coc-0-1's encoder instead (its size grows with the table's width and is gated by the
 # text-encoder stage): the site less MiniLM, plus that stage's own budget for the encoder's files.
 SITE_BUDGET_WITHOUT_ENCODER = 24 * 1024 * 1024
@@ -194,7 +201,8 @@ class WebTarget(Target):
                 "text_encoder": text_info(text) if text else text_note}
         gate = text_gate(fp32_gate(budget), text["kind"]) if text else fp32_gate(budget)
         # Measured in the page at build time: the free-text path (gated) and the decode gap (info).
-        metrics, info["decode_gap"], measured = self._measure_in_browser(site, fp32, presets, text, ctx.log)
+        metrics, info["decode_gap"], measured, reused = self._measure_in_browser(site, fp32, presets, text, ctx.log)
+        info["browser_measurements"] = REUSED if reused else "measured in this build"
         if text:
             info["text_encoder"].update(measured)
         config["decode_gap"] = info["decode_gap"]  # shown in the page's self-check panel
@@ -209,14 +217,35 @@ class WebTarget(Target):
                                     reference_name=ref_name))
         return variants
 
-    def _measure_in_browser(self, site: Path, model: Path, presets: dict, text: dict | None, log) -> tuple[dict, dict, dict]:
-        """(gated text metrics, decode gap, text info) from one page; ({}, {"note": why}, {"note": why})
-        when this host has no browser (the variant then stays unverified, as its load() cannot run either)."""
+    def _measure_in_browser(self, site: Path, model: Path, presets: dict, text: dict | None, log
+                            ) -> tuple[dict, dict, dict, bool]:
+        """(gated text metrics, decode gap, text info, reused) from one page; ({}, {"note": why}, {"note": why}, False)
+        when this host has no browser (the variant then stays unverified, as its load() cannot run either).
+        An identical earlier measurement (the same site files, browser, Python encoder and photos:
+        the conversion cache's key) is reused, and says so."""
         try:
-            session = PageSession(site)
+            require_browser()
         except HostCapabilityError as exc:
             log(f"[web] free-text check and decode gap not measured: {exc.problem}")
-            return {}, {"note": f"not measured: {exc.problem}"}, {"note": f"not measured: {exc.problem}"}
+            return {}, {"note": f"not measured: {exc.problem}"}, {"note": f"not measured: {exc.problem}"}, False
+        inputs = {**page_identity(site), "text": json.dumps(text and {"kind": text["kind"], "variant": text["variant"]}),
+                  **(minilm_inputs() if text and text["kind"] != QWEN_KIND else {})}
+        ran = []
+
+        def measure(folder: Path) -> dict:
+            ran.append(True)
+            metrics, gap, measured = self._measure_fresh(site, model, presets, text, log)
+            return {"metrics": metrics, "decode_gap": gap, "text": measured}
+
+        with scratch.folder("arrcoc-page-measures-", family="arrcoc-") as dest:
+            record = convert_cached("page-measures", inputs, PAGE_TOOLS, measure, Path(dest), log, keep=8)
+        if not ran:  # said in the log and the manifest; the page's config.json stays what a fresh run writes
+            log("[web] free-text check and decode gap: the measurements of an identical earlier page (same site files, "
+                "browser and Python side)")
+        return record["metrics"], record["decode_gap"], record["text"], not ran
+
+    def _measure_fresh(self, site: Path, model: Path, presets: dict, text: dict | None, log) -> tuple[dict, dict, dict]:
+        session = PageSession(site)
         try:
             metrics, measured = measure_text_in_browser(session, text, log) if text else ({}, {})
             queries = np.asarray(presets["embeddings"], dtype=np.float32)
@@ -275,20 +304,37 @@ class WebTarget(Target):
         return len(names)
 
     def load(self, ctx: BuildContext, variant: Variant) -> Runner:
-        session = PageSession(ctx.staging)
-        threads = session.threads()
+        """The variant in the page in Chromium, opened only when a run is not an identical earlier
+        one (the same site files and browser: targets/shared/run_cache.py)."""
+        require_browser()  # no browser: the variant stays unverified, as before any run
+        opened: list[PageSession] = []
+        runner = Runner(run=lambda inputs: run_many([inputs])[0], max_batch=8,
+                        runtime=f"onnxruntime-web {ort_web_version()} (WASM) in Chromium")
 
-        def run(inputs):
-            return session.run_raw(variant.name, inputs)
+        def fresh(batches):
+            if not opened:
+                opened.append(PageSession(ctx.staging))
+            session = opened[0]
+            runner.runtime = (f"onnxruntime-web {ort_web_version()} (WASM, {session.threads()} threads) "
+                              f"in Chromium {session.browser.version}")
+            return [session.run_raw(variant.name, batch) for batch in batches], {"runtime": runner.runtime}
+
+        def run_many(batches):
+            outputs, record, reused = cached_outputs(f"page-{variant.name}", page_identity(ctx.staging),
+                                                     self._model(ctx, variant), batches, lambda: fresh(batches), ctx.log)
+            if reused:
+                runner.runtime, runner.facts = record["runtime"], {"reused": REUSED}
+            return outputs
 
         def close():
-            try:
-                session.check()
-            finally:
-                session.close()
+            for session in opened:
+                try:
+                    session.check()
+                finally:
+                    session.close()
 
-        runtime = f"onnxruntime-web {ort_web_version()} (WASM, {threads} threads) in Chromium {session.browser.version}"
-        return Runner(run, runtime, max_batch=8, close=close)
+        runner.run_many, runner.close = run_many, close
+        return runner
 
     # ------------------------------------------------------------ bench
 

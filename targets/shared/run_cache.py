@@ -1,11 +1,12 @@
-"""The outputs of an emulated run, kept by content in the conversion cache.
+"""The outputs of a verification run, kept by content in the conversion cache.
 
-An emulated run (a model on an ARM CPU model or an older x86 level under qemu-user) reads nothing
-but the model's bytes, its input arrays and what the emulation is made of (the emulator and runner
-binaries, the emulation root, the CPU model): given the same, it gives the same outputs. A build
-that runs an identical one again (a warm build into another folder, the test suite's builds)
-takes the earlier outputs and holds them to its gate afresh. Only a run that finished is kept: a
-failure or an overrun raises before anything is stored.
+Some runs read nothing but the model's bytes, its input arrays and what the runtime is made of: an
+emulated run (a model on an ARM CPU model or an older x86 level under qemu-user: the emulator and
+runner binaries, the emulation root, the CPU model) and a run in the page in headless Chromium (the
+site's files, the browser's binary). Given the same, they give the same outputs. A build that runs
+an identical one again (a warm build into another folder, the test suite's builds) takes the
+earlier outputs and holds them to its gate afresh. Only a run that finished is kept: a failure, an
+overrun or a page error raises before anything is stored.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from typing import Callable
 import numpy as np
 
 OUTPUTS = "outputs.npz"
-REUSED = ("the outputs of an identical earlier run (same model bytes, inputs, emulator, runner and CPU model); "
-          "the times are that run's")
+REUSED = ("the outputs of an identical earlier run (same model bytes, inputs and runtime: emulator, runner and "
+          "CPU model, or site files and browser); the times are that run's")
 
 
 def arrays_digest(batches: list[dict[str, np.ndarray]], extra: str = "") -> str:
@@ -35,7 +36,7 @@ def cached_outputs(kind: str, identity: dict[str, str], model: Path, batches: li
                    tools: tuple[str, ...] = ("numpy",)) -> tuple[list[dict[str, np.ndarray]], dict, bool]:
     """(outputs per batch, the record `run` returned with them, reused) for `model` over `batches`:
     `run()` -> (outputs, record JSON), or an identical earlier run's, from the conversion cache under
-    `kind` and a key of the model's bytes, the batches, `extra`, `identity` (what the emulation is)
+    `kind` and a key of the model's bytes, the batches, `extra`, `identity` (what the runtime is)
     and the versions of `tools` (the libraries the emulated process runs, where they are this host's)."""
     from arrcoc_edge import scratch
     from arrcoc_edge.relevance.digest import sha256_file
@@ -50,7 +51,7 @@ def cached_outputs(kind: str, identity: dict[str, str], model: Path, batches: li
         return {**record, "batches": len(outputs)}
 
     inputs = {"model": sha256_file(model), "inputs": arrays_digest(batches, extra), **identity}
-    with scratch.folder("arrcoc-emulated-", family="arrcoc-") as dest:
+    with scratch.folder("arrcoc-run-", family="arrcoc-") as dest:
         record = convert_cached(kind, inputs, tools, emulate, Path(dest), log, keep=24)
         if ran:
             return ran[0], record, False
