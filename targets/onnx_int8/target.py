@@ -237,6 +237,9 @@ def select_form_and_flavour(ctx: BuildContext, fp32: Path, split: GoldenSplit):
     return None, None, tried, None
 
 
+CHOSEN = "chosen.onnx"  # the selection's one file, in its cache entry
+
+
 class _NonePassed(Exception):
     def __init__(self, tried: list[dict]):
         self.tried = tried
@@ -250,6 +253,7 @@ def cached_selection(ctx: BuildContext, fp32: Path, split: GoldenSplit):
     afresh on the held-out split either way; a search where no candidate passes is never kept."""
     from arrcoc_edge.relevance.digest import sha256_file
     from arrcoc_edge.stages.conversion_cache import convert_cached
+    from arrcoc_edge.targets.onnx_int8 import quantize
 
     def search(folder: Path) -> dict:
         chosen, row, tried, flavour = select_form_and_flavour(ctx, fp32, split)
@@ -257,8 +261,6 @@ def cached_selection(ctx: BuildContext, fp32: Path, split: GoldenSplit):
             raise _NonePassed(tried)
         chosen.replace(folder / CHOSEN)
         return {"row": row, "tried": tried, "flavour": flavour}
-
-    from arrcoc_edge.targets.onnx_int8 import quantize
 
     # what the search tries and holds them to, as this process has them (the module's settings)
     rules = json.dumps({"candidates": [c.describe() for c in quantize.CANDIDATES],
@@ -275,8 +277,6 @@ def cached_selection(ctx: BuildContext, fp32: Path, split: GoldenSplit):
     ctx.log(f"[onnx-int8] chosen: {record['row']['name']} ({record['flavour']}), of {len(record['tried'])} candidates tried")
     return chosen, record["row"], record["tried"], record["flavour"]
 
-
-CHOSEN = "chosen.onnx"
 
 
 def other_form_fp32(ctx: BuildContext, form: str) -> Path:

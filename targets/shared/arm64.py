@@ -35,8 +35,8 @@ import numpy as np
 
 from arrcoc_edge import scratch, subproc
 from arrcoc_edge.errors import GateError, HostCapabilityError, SettingsError
-from arrcoc_edge.stages.target import Runner
 from arrcoc_edge.relevance.digest import sha256_file
+from arrcoc_edge.stages.target import Runner
 from arrcoc_edge.targets.shared.run_cache import REUSED, cached_outputs
 from arrcoc_edge.targets.shared.trusted_tree import check_tree
 

@@ -37,14 +37,14 @@ def cached_outputs(kind: str, identity: dict[str, str], model: Path, batches: li
     """(outputs per batch, the record `run` returned with them, reused) for `model` over `batches`:
     `run()` -> (outputs, record JSON), or an identical earlier run's, from the conversion cache under
     `kind` and a key of the model's bytes, the batches, `extra`, `identity` (what the runtime is)
-    and the versions of `tools` (the libraries the emulated process runs, where they are this host's)."""
+    and the versions of `tools` (the libraries the run uses where they are this host's)."""
     from arrcoc_edge import scratch
     from arrcoc_edge.relevance.digest import sha256_file
     from arrcoc_edge.stages.conversion_cache import convert_cached
 
     ran = []
 
-    def emulate(folder: Path) -> dict:
+    def run_and_keep(folder: Path) -> dict:
         outputs, record = run()
         ran.append(outputs)
         np.savez(folder / OUTPUTS, **{f"b{i}_{k}": v for i, out in enumerate(outputs) for k, v in out.items()})
@@ -52,7 +52,7 @@ def cached_outputs(kind: str, identity: dict[str, str], model: Path, batches: li
 
     inputs = {"model": sha256_file(model), "inputs": arrays_digest(batches, extra), **identity}
     with scratch.folder("arrcoc-run-", family="arrcoc-") as dest:
-        record = convert_cached(kind, inputs, tools, emulate, Path(dest), log, keep=24)
+        record = convert_cached(kind, inputs, tools, run_and_keep, Path(dest), log, keep=24)
         if ran:
             return ran[0], record, False
         with np.load(Path(dest) / OUTPUTS, allow_pickle=False) as data:
