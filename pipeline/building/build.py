@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arrcoc_edge.building.ahead import Ahead
 from arrcoc_edge.building.timing import Timings
 from arrcoc_edge.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
                              NotApplicableError)
@@ -265,8 +266,10 @@ def run_build(
     log=print,
     strict: bool = True,
     options: dict | None = None,
+    ahead: bool = False,
 ) -> BuildResult:
-    """Build, verify, gate and publish. strict: a missing extra is an error, not a skip.
+    """Build, verify, gate and publish. strict: a missing extra is an error, not a skip. ahead: make
+    the targets' AheadJobs in a background process (building/ahead.py; the command line's builds do).
 
     SIGINT and SIGTERM go through locking.record_interrupt, so an interrupt whose exception a
     library swallowed still stops the build at the next stage boundary, and always before the
@@ -285,7 +288,7 @@ def run_build(
             published_before = folder_state.generation_id(out)
             order = plan(targets, registry)
             result = _build_locked(order, checkpoint, out, log, strict, started, options or {},
-                                   requested={t.name for t in targets})
+                                   requested={t.name for t in targets}, ahead=ahead)
         locking.check_interrupted()  # one lost while the lock was released: the build did not finish quietly
         return result
     except KeyboardInterrupt as exc:
@@ -311,7 +314,7 @@ def _interrupted(out: Path, published_before: str | None, why: str) -> BuildInte
                             "the previously published artifacts are intact: run the build again")
 
 
-def _build_locked(order, checkpoint, out, log, strict, started, options, requested) -> BuildResult:
+def _build_locked(order, checkpoint, out, log, strict, started, options, requested, ahead) -> BuildResult:
     if strict:  # a missing extra ends the build before the minutes its other stages take, not after
         for target in order:
             target.require()
@@ -340,7 +343,10 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     log(f"golden set: held-out {held_out}; queries: {golden.query_source}")  # words, not a dict's repr
     run_dir = locking.new_staging(out)
     stages: dict[str, StageResult] = {}
+    background = None
     try:
+        if ahead:
+            background = start_ahead(order, ckpt, program, golden, run_dir, log, options)
         with timings.phase("calibration"):
             confidence = fit_confidence(ckpt, options.get("base_model"), run_dir, log)
         # the stages that carry the calibration into what they publish (the apps' contract.json)
@@ -351,6 +357,10 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
                 stages[target.name] = _one_stage(target, ckpt, program, golden, run_dir, stages, log, strict, options)
                 phase["status"] = stages[target.name].status
             stages[target.name].cpu_seconds = timings.phases[target.name]["cpu_seconds"]
+        if background is not None and background.started is not None:
+            with timings.phase(BACKGROUND_PHASE) as phase:  # the child's CPU counts here, when it is reaped
+                background.close()
+                phase.update(background.record())
         locking.check_interrupted()
         chosen = to_publish(requested, stages)
         for name, stage in stages.items():
@@ -368,8 +378,30 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
 
             publish.publish(out, {n: stages[n].staging for n in chosen}, data, write_extras=extras, log=log)
     finally:
+        if background is not None:
+            background.close()
         locking.remove_tree(run_dir)
     return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started, timings.record())
+
+
+BACKGROUND_PHASE = "background conversions"
+
+
+def start_ahead(order: list[Target], ckpt, program, golden, run_dir: Path, log, options: dict) -> Ahead:
+    """The planned targets' AheadJobs started in background processes, the longest first (stage
+    order among equals). A target that cannot say (its extra missing, a bad option) names none: its
+    stage reports that itself."""
+    folder = run_dir / ".ahead"  # not a stage's folder: nothing in it is published
+    folder.mkdir()
+    ctx = BuildContext(ckpt, program, golden, folder, {}, log, options)
+    jobs = []
+    for target in order:
+        try:
+            target.require()
+            jobs += target.ahead(ctx)
+        except ArrcocError:
+            continue
+    return Ahead(sorted(jobs, key=lambda job: -job.seconds), folder, log)
 
 
 def fit_confidence(ckpt, base_model, work: Path, log) -> "calibration.Fitted":

@@ -120,7 +120,7 @@ def build_stages(targets, checkpoint, out, options: dict, verbose: bool, show: b
     check_out_folder(root, build_inputs(ckpt, options), write_places(requested, target_table.TARGETS))
     with build_console(state_dir(root), verbose, show) as console:
         result = run_build(requested, target_table.TARGETS, ckpt, root, log=console.log, strict=names != ["all"],
-                           options=options)
+                           options=options, ahead=True)
     return result, root
 
 

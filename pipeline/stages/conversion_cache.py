@@ -18,10 +18,15 @@ targets/: any change of ours makes new keys). Entries are pipeline/stages/privat
 and sealed folders, `<user cache>/arrcoc-edge/conversions/<kind>-<key>`, so nothing another user
 can write is used; each kind keeps its few most recently used entries (the MiniLM ones are
 45-110 MB each). ARRCOC_CONVERSION_CACHE=off converts every time.
+
+One conversion of a key at a time among the user's processes: a build that reaches a conversion
+another process of the user is making (its own background process, building/ahead.py, or another
+build) waits for that one and reuses its entry instead of converting it again beside it.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -44,6 +49,27 @@ CACHE_NAME = "conversions"
 INFO = "conversion.json"  # what the conversion returned (the manifest's record of it), beside its files
 OFF_VARIABLE = "ARRCOC_CONVERSION_CACHE"
 CODE_ROOTS = install.CODE  # folder -> module prefix: the core and the targets
+CONVERTING = ".converting"  # suffix of a key's lock file in the cache (_one_at_a_time)
+
+
+class AlreadyStored(Exception):
+    """Raised by convert_cached in a process that only fills the cache (filling_only): the entry is
+    there already, so nothing is converted and nothing copied out of it."""
+
+
+_filling_only = False
+
+
+@contextlib.contextmanager
+def filling_only():
+    """convert_cached stores entries and hands out nothing: an entry already there raises
+    AlreadyStored instead of being copied (the background process of building/ahead.py)."""
+    global _filling_only
+    _filling_only = True
+    try:
+        yield
+    finally:
+        _filling_only = False
 
 
 @functools.cache
@@ -137,7 +163,9 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
     except private_cache.CacheUnusable as exc:
         note(f"not used ({exc}): converting without it")
         cache = None
-    with _scratch(dest, kind) as work:
+    with _one_at_a_time(cache, key, kind, log), _scratch(dest, kind) as work:
+        if _filling_only and cache is not None and os.path.lexists(cache / key):
+            raise AlreadyStored(key)
         record = None if cache is None else _reuse(cache / key, key, work, note)
         if record is not None:
             log(f"{kind}: reused the files of an identical earlier conversion ({cache / key})")
@@ -153,6 +181,30 @@ def convert_cached(kind: str, inputs: dict[str, str], tools: tuple[str, ...], co
     if cache is not None:
         _forget_old(cache, kind, keep)
     return record
+
+
+@contextlib.contextmanager
+def _one_at_a_time(cache: Path | None, key: str, kind: str, log: Callable[[str], None]):
+    """Hold `key`'s lock (flock on `<cache>/.<key>.converting`, which the kernel drops when its
+    process ends, however it ends) while the entry is reused or made: a process that finds it held
+    waits, then reuses what the holder stored. No lock (no cache, or the file cannot be opened):
+    convert without it, as the cache only saves time."""
+    fd = None
+    if cache is not None:
+        with contextlib.suppress(OSError):
+            fd = os.open(cache / f".{key}{CONVERTING}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log(f"{kind}: waiting for another process of yours making the same conversion "
+                    "(this build's background conversions or another build)")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _as_stored(record: dict) -> dict:
@@ -261,6 +313,7 @@ def _forget_old(cache: Path, kind: str, keep: int) -> None:
     entries.sort(reverse=True)
     for _, old in entries[keep:]:
         private_cache.discard(old)
+        private_cache.discard(old.with_name(f".{old.name}{CONVERTING}"))
 
 
 @functools.cache

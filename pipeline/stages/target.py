@@ -12,6 +12,8 @@ and implements:
   inspect(ctx, v)     -> [str]       structural checks that always run (I/O contract, op list...)
   load(ctx, v)        -> Runner      the artifact in its real runtime; raise HostCapabilityError
                                      when that runtime cannot exist on this host
+  ahead(ctx)          -> [AheadJob]  optional: slow conversions of build() that depend only on what
+                                     the build holds before any stage runs, made in the background
 The core runs the held-out golden split through each Runner, computes parity metrics and holds
 each variant to its Gate (parity and size) before anything is published.
 """
@@ -133,6 +135,24 @@ class BuildContext:
         return {key: future.result() for key, future in futures.items()}
 
 
+@dataclass(frozen=True)
+class AheadJob:
+    """A conversion a stage's build() will ask the conversion cache for, which depends only on what
+    the build holds before its stages run (the checkpoint, its export, the golden set's calibration
+    rows, the MiniLM snapshot): building/ahead.py makes it in a background process while earlier
+    stages build, and the stage finds the entry made. `function` ("module:function") is called there
+    as function(dest=<a scratch folder>, log=<a callable>, **arguments) and must reach the very
+    conversion build() makes (the same kind, inputs and tools: the same key), typically by being the
+    function build() calls. arguments: JSON (arrays go in a file under the ctx.staging ahead() got).
+    seconds: what the conversion takes alone on one core (a measured guess): the longest start
+    first, so that none is left to the end, when the stages that need it are waiting."""
+
+    kind: str  # the conversion's kind in the cache, for the log
+    function: str
+    arguments: dict = field(default_factory=dict)
+    seconds: float = 10.0
+
+
 class Target:
     name: str = ""
     summary: str = ""
@@ -171,6 +191,12 @@ class Target:
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         raise NotImplementedError
+
+    def ahead(self, ctx: BuildContext) -> list[AheadJob]:
+        """Optional: the conversions of build() to make ahead, in the background (AheadJob). `ctx`
+        has no upstream stages yet; its staging folder is shared by every target's jobs (name files
+        after the target). A job build() turns out not to need costs background time only."""
+        return []
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         return []

@@ -198,6 +198,16 @@ def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None 
     return folder / "app", {**record, "cached": reused}
 
 
+def compile_ahead(dest: Path, log: Callable[[str], None]) -> None:
+    """The AheadJob of AndroidTarget.ahead: compile_app into the user's class cache, in the
+    background process (pipeline/building/ahead.py); nothing when the toolchain is missing (the
+    stage says so) or the classes are cached already."""
+    from arrcoc_edge.stages.conversion_cache import AlreadyStored
+
+    if missing_reason() is None and compile_app(toolchain(), log)[1]["cached"]:
+        raise AlreadyStored(CACHE_NAME)
+
+
 # ---- fixtures: what the JVM tests compare with (pipeline/stages/parity.py's numbers, PIL's EXIF) ----
 
 def read_bundle(folder: Path, json_name: str = "golden.json", bin_name: str = "golden.bin") -> list[dict]:

@@ -40,7 +40,7 @@ from arrcoc_edge.errors import ExportError, HostCapabilityError, OutputDirError
 from arrcoc_edge.install import COMMAND
 from arrcoc_edge.stages.golden import write_bundle
 from arrcoc_edge.stages.parity import Gate
-from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.stages.target import AheadJob, BuildContext, Runner, Target, Variant
 from arrcoc_edge.targets import app_encoder
 from arrcoc_edge.targets.android import app as android_app
 from arrcoc_edge.targets.shared import mobile_contract, sources
@@ -113,6 +113,10 @@ class AndroidTarget(Target):
     capability = "an Android device or emulator (Android SDK, adb)"
     depends_on = ("executorch",)
     uses = ("text-encoder",)  # arr-coc-0-1's encoder form, for typed queries (targets/app_encoder.py)
+
+    def ahead(self, ctx: BuildContext) -> list[AheadJob]:
+        """The app's MiniLM encoder .pte in both variants (targets/app_encoder.py) and its Kotlin classes."""
+        return [*app_encoder.ahead_jobs(ctx), AheadJob("kotlin-classes", f"{android_app.__name__}:compile_ahead", seconds=13)]
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         upstream = ctx.upstream["executorch"]

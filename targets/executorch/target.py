@@ -18,7 +18,7 @@ from pathlib import Path
 
 from arrcoc_edge.errors import ExportError
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
-from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.stages.target import AheadJob, BuildContext, Runner, Target, Variant, expect_file
 
 from arrcoc_edge.targets.executorch.bench import PoolWorker, cpp_bench_case
 from arrcoc_edge.targets.executorch.runtime import SQUARE_METHOD, _program, check_method_meta, cpp_runner, pte_runner
@@ -122,13 +122,13 @@ GENERAL_PROGRAM = ("the build's program without its 16G fast path (torch.cond): 
                    "then columns: index_select instead of an element gather, which ran on a slow portable kernel)")
 
 
-def general_program(ctx: BuildContext):
-    """The checkpoint exported without the torch.cond fast path, its general resize reading whole
-    rows (see GENERAL_PROGRAM and model.PhotoWindows.resized_by_rows)."""
+def general_program(model, log):
+    """The checkpoint's model exported without the torch.cond fast path, its general resize reading
+    whole rows (see GENERAL_PROGRAM and model.PhotoWindows.resized_by_rows)."""
     from arrcoc_edge.stages.export import export_form
 
-    ctx.log("[executorch] exporting the program without its 16G fast path (no control flow), reading rows")
-    return export_form(ctx.checkpoint.model, fast_path=False, general="rows")
+    log("[executorch] exporting the program without its 16G fast path (no control flow), reading rows")
+    return export_form(model, fast_path=False, general="rows")
 
 
 INT8_SPEED_NOTE = ("dynamic int8 quantises the activations of every int8 linear layer at run time, and the "
@@ -136,15 +136,15 @@ INT8_SPEED_NOTE = ("dynamic int8 quantises the activations of every int8 linear 
                    "the reduced participatory head stay float")
 
 
-def square_program(ctx: BuildContext):
-    """The checkpoint exported for 16G x 16G photos only (SQUARE_METHOD)."""
+def square_program(model, log):
+    """The checkpoint's model exported for 16G x 16G photos only (SQUARE_METHOD)."""
     from arrcoc_edge.stages.export import export_square
 
-    ctx.log(f"[executorch] exporting the {SQUARE_METHOD} method (16G x 16G photos, no resize)")
-    return export_square(ctx.checkpoint.model)
+    log(f"[executorch] exporting the {SQUARE_METHOD} method (16G x 16G photos, no resize)")
+    return export_square(model)
 
 
-def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
+def quantize_dynamic_int8(program, rows: dict, model_config, square: bool = False):
     """Dynamic int8 (PT2E, XNNPACKQuantizer): int8 per-channel weights for the learned layers,
     activations quantised at run time, so the fixed colour/Sobel front end stays float.
 
@@ -166,12 +166,11 @@ def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
     # nn.Linear modules only: the balancer (most of the bytes). set_global would also quantise the
     # fixed texture convolutions, whose 8-bit activations are what ruins the ranking (TOOLCHAIN.md).
     prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_module_type(torch.nn.Linear, config))
-    # Dynamic quantisation needs no calibration statistics; one pass on the calibration split
-    # (never the held-out one) runs the observers once, as PT2E expects.
-    cal = ctx.golden.calibration.inputs(0, CALIBRATION_ROWS)
-    image, query = torch.from_numpy(cal["image"]), torch.from_numpy(cal["query"])
+    # Dynamic quantisation needs no calibration statistics; one pass on the calibration split's
+    # first rows (calibration_rows: never the held-out split) runs the observers once, as PT2E expects.
+    image, query = torch.from_numpy(rows["image"]), torch.from_numpy(rows["query"])
     if square:
-        image = image[:, : ctx.config.image_size, : ctx.config.image_size].contiguous()
+        image = image[:, : model_config.image_size, : model_config.image_size].contiguous()
     with torch.no_grad():
         prepared(image, query)
     converted = convert_pt2e(prepared)
@@ -181,35 +180,64 @@ def quantize_dynamic_int8(ctx: BuildContext, program, square: bool = False):
         batch = Dim("batch", min=1, max=MAX_BATCH)
         return torch.export.export(converted, (image[:2], query[:2]), dynamic_shapes={"image": {0: batch}, "query": {0: batch}},
                                    strict=False)
-    return torch.export.export(converted, example_inputs(ctx.config), dynamic_shapes=dynamic_shapes(), strict=False)
+    return torch.export.export(converted, example_inputs(model_config), dynamic_shapes=dynamic_shapes(), strict=False)
 
 
 LOWERING_TOOLS = ("torch", "executorch", "torchao")
 CALIBRATION_ROWS = 4  # quantize_dynamic_int8's one observer pass
 
 
-def calibration_digest(ctx: BuildContext) -> str:
-    """sha256 of the calibration rows the int8 lowering runs its observers on."""
+def calibration_rows(ctx: BuildContext) -> dict:
+    """The calibration rows the int8 lowering runs its observers on."""
+    return ctx.golden.calibration.inputs(0, CALIBRATION_ROWS)
+
+
+def rows_digest(rows: dict) -> str:
+    """sha256 of calibration rows, for the conversion's key."""
     import hashlib
 
-    cal = ctx.golden.calibration.inputs(0, CALIBRATION_ROWS)
-    return hashlib.sha256(b"".join(cal[k].tobytes() for k in sorted(cal))).hexdigest()
+    return hashlib.sha256(b"".join(rows[k].tobytes() for k in sorted(rows))).hexdigest()
 
 
-def lower_both(ctx: BuildContext, folder: Path) -> dict:
-    """FP32 and dynamic int8 .pte files of the checkpoint in `folder`; returns their manifest info."""
+def convert_relevance(model, config, rows: dict, program_key: str, dest: Path, log) -> dict:
+    """The FP32 and int8 .pte files of the checkpoint's model in `dest` (lower_both); returns their
+    manifest info. The same program, code and calibration rows lower to the same .pte files: reused
+    across builds, and made ahead of the stage (convert_ahead); the gates still run on them."""
+    from arrcoc_edge.stages.conversion_cache import convert_cached
+
+    inputs = {"program": program_key, "calibration": rows_digest(rows)}
+    return convert_cached("executorch-relevance", inputs, LOWERING_TOOLS,
+                          lambda folder: lower_both(model, config, rows, folder, log), dest, log, keep=8)
+
+
+def convert_ahead(dest: Path, log, checkpoint: str, grid: int | None, top_k: int | None, program_key: str,
+                  calibration: str) -> dict:
+    """The AheadJob of ExecutorchTarget.ahead: convert_relevance in the background process
+    (building/ahead.py), from the checkpoint file and the calibration rows saved by ahead()."""
+    import numpy as np
+
+    from arrcoc_edge.relevance.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(Path(checkpoint), grid=grid, top_k=top_k)
+    with np.load(calibration, allow_pickle=False) as data:
+        rows = {k: data[k] for k in data.files}
+    return convert_relevance(ckpt.model, ckpt.config, rows, program_key, dest, log)
+
+
+def lower_both(model, config, rows: dict, folder: Path, log) -> dict:
+    """FP32 and dynamic int8 .pte files of the checkpoint's model in `folder`; returns their manifest info."""
     # each program exported once (3 and 2.6 s here) for both variants: the lowering changes the
     # program it is given, so FP32 lowers copies and int8 quantises the originals
-    general, square = general_program(ctx), square_program(ctx)
-    ctx.log("[executorch] lowering FP32 to XNNPACK")
+    general, square = general_program(model, log), square_program(model, log)
+    log("[executorch] lowering FP32 to XNNPACK")
     fp32_info = lower(copy.deepcopy(general), folder / FP32_FILE, copy.deepcopy(square))
     fp32_info["program"] = GENERAL_PROGRAM
-    ctx.log("[executorch] quantising (dynamic int8) and lowering")
-    int8_info = lower(quantize_dynamic_int8(ctx, general), folder / INT8_FILE,
-                      quantize_dynamic_int8(ctx, square, square=True))
+    log("[executorch] quantising (dynamic int8) and lowering")
+    int8_info = lower(quantize_dynamic_int8(general, rows, config), folder / INT8_FILE,
+                      quantize_dynamic_int8(square, rows, config, square=True))
     int8_info["quantization"] = ("PT2E dynamic int8, XNNPACKQuantizer symmetric per-channel weights "
                                  "(the balancer's nn.Linear layers), activations quantised at run time")
-    int8_info["participatory_form"] = ctx.checkpoint.model.participatory_scorer.form
+    int8_info["participatory_form"] = model.participatory_scorer.form
     int8_info["speed_note"] = INT8_SPEED_NOTE
     int8_info["program"] = GENERAL_PROGRAM
     return {"fp32": fp32_info, "int8": int8_info}
@@ -226,19 +254,25 @@ class ExecutorchTarget(Target):
         arm64.timeout_s()  # a bad ARRCOC_ARM64_TIMEOUT is one line before any stage runs
 
     def build(self, ctx: BuildContext) -> list[Variant]:
-        from arrcoc_edge.stages.conversion_cache import convert_cached
-
         fp32_budget, int8_budget = _budgets(ctx)
-        # the same checkpoint, code and calibration rows lower to the same .pte files: reused
-        # across builds (the gates below still run on them)
-        inputs = {"program": ctx.program.cache_key, "calibration": calibration_digest(ctx)}
-        infos = convert_cached("executorch-relevance", inputs, LOWERING_TOOLS, lambda folder: lower_both(ctx, folder),
-                               ctx.staging, ctx.log, keep=8)
+        infos = convert_relevance(ctx.checkpoint.model, ctx.config, calibration_rows(ctx), ctx.program.cache_key,
+                                  ctx.staging, ctx.log)
         return [
             Variant("fp32", [ctx.staging / FP32_FILE], _gate(LOSSLESS, fp32_budget), fp32_budget,
                     primary=True, info=infos["fp32"]),
             Variant("int8", [ctx.staging / INT8_FILE], _gate(LOSSY, int8_budget), int8_budget, info=infos["int8"]),
         ]
+
+    def ahead(self, ctx: BuildContext) -> list[AheadJob]:
+        """The lowering (55 s of a cold build here), made while the stages before this one build."""
+        import numpy as np
+
+        rows = ctx.staging / f"{self.name}-calibration-rows.npz"
+        np.savez(rows, **calibration_rows(ctx))
+        return [AheadJob("executorch-relevance", f"{__name__}:convert_ahead",
+                         {"checkpoint": str(ctx.checkpoint.path), "grid": ctx.options.get("grid"),
+                          "top_k": ctx.options.get("top_k"), "program_key": ctx.program.cache_key,
+                          "calibration": str(rows)}, seconds=55)]
 
     def inspect(self, ctx: BuildContext, variant: Variant) -> list[str]:
         d = variant.info["delegation"]

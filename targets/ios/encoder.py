@@ -286,6 +286,17 @@ def minilm_metrics(ctx: BuildContext, program) -> dict:
             "sentences": len(SENTENCES)}
 
 
+def ahead_jobs(ctx: BuildContext) -> list:
+    """The AheadJob for the variant minilm_encoder tries first (fp16, which passes for the shipped
+    encoder; fp32, a 6 s conversion, is made by the stage only when fp16 fails)."""
+    from arrcoc_edge.stages.target import AheadJob
+    from arrcoc_edge.targets.text_encoder.minilm import queries_from_minilm
+
+    if not queries_from_minilm(ctx):
+        return []
+    return [AheadJob("minilm-coreml-fp16", f"{__name__}:save_minilm_package", {"variant": "fp16"}, seconds=6)]
+
+
 def minilm_encoder(ctx: BuildContext) -> IosEncoder:
     """FP16 when it passes the FP32 cosine gate and LOSSY relevance, else FP32 (LOSSLESS)."""
     from arrcoc_edge.targets.coreml.target import NOT_APPLE

@@ -30,7 +30,7 @@ from arrcoc_edge.errors import ExportError, HostCapabilityError, OutputDirError
 from arrcoc_edge.relevance.signature import MAX_BATCH
 from arrcoc_edge.stages.golden import write_bundle
 from arrcoc_edge.stages.parity import Gate
-from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant
+from arrcoc_edge.stages.target import AheadJob, BuildContext, Runner, Target, Variant
 from arrcoc_edge.targets.coreml.target import IMAGE_INPUT, mil_runner, mlmodel_runner
 from arrcoc_edge.targets.ios import app as ios_app
 from arrcoc_edge.targets.ios import encoder as ios_encoder
@@ -105,6 +105,10 @@ class IosTarget(Target):
     capability = "an iPhone or the iOS Simulator (Xcode on macOS)"
     depends_on = ("coreml",)
     uses = ("text-encoder",)  # arr-coc-0-1's encoder form, for typed queries (targets/ios/encoder.py)
+
+    def ahead(self, ctx: BuildContext) -> list[AheadJob]:
+        """The app's MiniLM encoder package in the variant tried first (ios/encoder.py)."""
+        return ios_encoder.ahead_jobs(ctx)
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         upstream = ctx.upstream["coreml"]

@@ -15,6 +15,13 @@ from arrcoc_edge.targets.text_encoder.published import OUTPUT
 INPUTS = ("input_ids", "attention_mask")
 
 
+def queries_from_minilm(ctx) -> bool:
+    """Whether this build's typed queries go through all-MiniLM-L6-v2 (a 384-d checkpoint without
+    --base-model), as the text encoder and the apps' encoders decide: for their AheadJobs, which a
+    rarer case (a table inside a reference checkpoint) only makes unneeded."""
+    return ctx.config.query_dim == 384 and not ctx.options.get("base_model")
+
+
 class _Encoder:
     """torch module factory kept out of import time (torch/transformers load lazily)."""
 

