@@ -195,16 +195,38 @@ def _one_at_a_time(cache: Path | None, key: str, kind: str, log: Callable[[str],
             fd = os.open(cache / f".{key}{CONVERTING}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log(f"{kind}: waiting for another process of yours making the same conversion "
-                    "(this build's background conversions or another build)")
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for(fd, kind, log)
         yield
     finally:
         if fd is not None:
             os.close(fd)
+
+
+WAIT_POLL_S, WAIT_TELL_S = 0.25, 5.0
+
+
+def _wait_for(fd: int, kind: str, log: Callable[[str], None]) -> None:
+    """Take the key's lock, telling the log while another process holds it: a progress line
+    (stages/progress.py) every WAIT_TELL_S, so a terminal shows the wait's seconds in place."""
+    from arrcoc_edge.stages.progress import Progress
+
+    started = told = None
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            now = time.monotonic()
+            if started is None:
+                started = now
+                log(f"{kind}: another process of yours is making the same conversion (this build's background "
+                    "conversions or another build): waiting for it, then reusing it")
+            if told is None or now - told >= WAIT_TELL_S:
+                told = now
+                log(Progress(f"{kind}: waiting for the conversion in progress", 0, 1, now - started))
+            time.sleep(WAIT_POLL_S)
+    if started is not None:
+        log(Progress(f"{kind}: waiting for the conversion in progress", 1, 1, time.monotonic() - started))
 
 
 def _as_stored(record: dict) -> dict:

@@ -199,12 +199,12 @@ def compile_app(tc: Toolchain, log: Callable[[str], None], scratch: Path | None 
 
 
 def compile_ahead(dest: Path, log: Callable[[str], None]) -> None:
-    """The AheadJob of AndroidTarget.ahead: compile_app into the user's class cache, in the
-    background process (pipeline/building/ahead.py); nothing when the toolchain is missing (the
-    stage says so) or the classes are cached already."""
+    """The AheadJob of AndroidTarget.ahead (listed where the toolchain is): compile_app into the
+    user's class cache, in a background process (pipeline/building/ahead.py); AlreadyStored when
+    the classes are cached already."""
     from arrcoc_edge.stages.conversion_cache import AlreadyStored
 
-    if missing_reason() is None and compile_app(toolchain(), log)[1]["cached"]:
+    if compile_app(toolchain(), log)[1]["cached"]:
         raise AlreadyStored(CACHE_NAME)
 
 

@@ -115,8 +115,10 @@ class AndroidTarget(Target):
     uses = ("text-encoder",)  # arr-coc-0-1's encoder form, for typed queries (targets/app_encoder.py)
 
     def ahead(self, ctx: BuildContext) -> list[AheadJob]:
-        """The app's MiniLM encoder .pte in both variants (targets/app_encoder.py) and its Kotlin classes."""
-        return [*app_encoder.ahead_jobs(ctx), AheadJob("kotlin-classes", f"{android_app.__name__}:compile_ahead", seconds=13)]
+        """The app's MiniLM encoder .pte in both variants (targets/app_encoder.py) and its Kotlin
+        classes (where the toolchain is: without it the stage says why it compiles nothing)."""
+        compile_job = AheadJob("kotlin-classes", f"{android_app.__name__}:compile_ahead", seconds=13)
+        return [*app_encoder.ahead_jobs(ctx), *([compile_job] if android_app.missing_reason() is None else [])]
 
     def build(self, ctx: BuildContext) -> list[Variant]:
         upstream = ctx.upstream["executorch"]
