@@ -7,8 +7,9 @@ checkpoint, its export, the golden set's calibration rows, the MiniLM snapshot, 
 can be made earlier, beside them: each target names such conversions (Target.ahead: AheadJob),
 and the core hands the build's list, the longest first, to child processes (one per core, at most
 MAX_WORKERS) that take the jobs in that order, each job once (a lock file per job), and make them
-into the user's cache at a lower CPU priority than the build (NICENESS): they take what the build
-leaves of the cores. The stage then calls the very same conversion function: it reuses the entry
+into the user's cache. They run at the build's own CPU priority: a stage that waits for one of
+them must not wait longer because other work shares the host (a child niced by 10 gets a tenth of
+a core against one busy process of normal priority). The stage then calls the very same conversion function: it reuses the entry
 a child stored, or waits for the one a child is making (conversion_cache's one-conversion-per-key
 lock); a job no child has reached yet is converted by the stage itself, and the children skip it
 later. Every check of a stage runs as before: the children only save time. A job that fails in a
@@ -34,7 +35,6 @@ from typing import Callable
 
 from arrcoc_edge import subproc
 
-NICENESS = 10  # the children yield the cores to the build's own stages, which wait for nothing of theirs
 MAX_WORKERS = 4  # each holds torch and a model being converted (1-2 GB)
 _ENTRY = "from arrcoc_edge.building.ahead import main; main()"
 
@@ -128,8 +128,6 @@ def main() -> None:
     """A child: each job of the listing (argv[1]) that no other child has taken, in order,
     `function(dest=<a scratch folder>, log=<nothing>, **arguments)`, with the conversion cache filled
     only (conversion_cache.filling_only: an entry there already is skipped, not copied out)."""
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
     listing = Path(sys.argv[1])
     for number, job in enumerate(json.loads(listing.read_text())):
         with _taken(listing.with_name(f"ahead-job-{number}.lock")) as mine:
