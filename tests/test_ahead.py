@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from arrcoc_edge.building import ahead as ahead_mod
-from arrcoc_edge.building.build import BACKGROUND_PHASE, plan
+from arrcoc_edge.building.build import BACKGROUND_PHASE, jobs_ahead, plan
 from arrcoc_edge.stages import conversion_cache as cc
 from arrcoc_edge.targets import TARGETS
 
@@ -91,6 +91,18 @@ def test_a_full_build_makes_the_slow_conversions_ahead_and_a_reference_checkpoin
         {"executorch": ["executorch-relevance"], **({"android": kotlin} if kotlin else {})}
 
 
+def test_a_build_makes_ahead_only_what_pays_for_the_children(make_ctx):
+    """Longest first; never the first stage's (it needs them at once); none for a few seconds' worth."""
+    ctx = make_ctx()
+    order = lambda names: plan([TARGETS[n] for n in names], TARGETS)  # noqa: E731
+    everything = [j.kind for j in jobs_ahead(order(list(TARGETS)), ctx)]
+    assert everything[:3] == ["executorch-relevance", "minilm-pte-int8", "minilm-pte-fp32"]
+    assert set(everything) >= {"minilm-onnx", "minilm-coreml-fp16"}
+    assert "executorch-relevance" not in [j.kind for j in jobs_ahead(order(["android"]), ctx)]  # executorch first
+    assert jobs_ahead(order(["web"]), ctx) == []  # the MiniLM ONNX alone: 7 s
+    assert jobs_ahead(order(["executorch"]), ctx) == []
+
+
 class Reached(Exception):
     pass
 
@@ -136,7 +148,8 @@ def test_the_apps_build_converts_nothing_twice(android_build):
 
     timings = json.loads((android_build.out / "manifest.json").read_text())["build_timings"]["phases"]
     record = timings[BACKGROUND_PHASE]
-    assert record["processes"] >= 1 and {"executorch-relevance", "minilm-pte-int8"} <= set(record["jobs"])
+    assert record["processes"] >= 1 and "minilm-pte-int8" in record["jobs"]
+    assert "executorch-relevance" not in record["jobs"]  # the first stage of android,ios: made in the stage
     lines = android_build.stdout.splitlines()
     background = {m.group(1) for m in (re.match(r"\[background\] (\S+): converted in", l) for l in lines) if m}
     foreground = {m.group(1) for m in (re.match(r"(\S+): converted in", l) for l in lines) if m}
