@@ -7,9 +7,10 @@ checkpoint, its export, the golden set's calibration rows, the MiniLM snapshot, 
 can be made earlier, beside them: each target names such conversions (Target.ahead: AheadJob),
 and the core hands the build's list, the longest first, to child processes (one per core, at most
 MAX_WORKERS) that take the jobs in that order, each job once (a lock file per job), and make them
-into the user's cache. They run at the build's own CPU priority: a stage that waits for one of
-them must not wait longer because other work shares the host (a child niced by 10 gets a tenth of
-a core against one busy process of normal priority). The stage then calls the very same conversion function: it reuses the entry
+into the user's cache, niced (NICENESS) so the stages keep the cores they use. They start only
+when the host has a core to spare (load average under the core count less half a core): on a
+host whose cores are busy already (a test run's concurrent builds) children add their start-up
+and take nothing idle, and a stage waiting for a niced child there would wait for a tenth of a core. The stage then calls the very same conversion function: it reuses the entry
 a child stored, or waits for the one a child is making (conversion_cache's one-conversion-per-key
 lock); a job no child has reached yet is converted by the stage itself, and the children skip it
 later. Every check of a stage runs as before: the children only save time. A job that fails in a
@@ -36,6 +37,17 @@ from typing import Callable
 from arrcoc_edge import subproc
 
 MAX_WORKERS = 4  # each holds torch and a model being converted (1-2 GB)
+NICENESS = 10
+
+
+def busy_host() -> str | None:
+    """Why the host has no core to spare (its 1-minute load average), or None."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    return f"the host's cores are busy (load {load:.1f} on {cores} cores)" if load > cores - 0.5 else None
 _ENTRY = "from arrcoc_edge.building.ahead import main; main()"
 
 
@@ -48,6 +60,10 @@ class Ahead:
         self.kinds = [j.kind for j in jobs]
         self.started, self.ended = None, []  # monotonic seconds: the start, and each child's end of output
         if not jobs or not _cache_usable():
+            return
+        busy = busy_host()
+        if busy:
+            log(f"conversions not made ahead: {busy}; each stage converts its own")
             return
         exe = subproc.interpreter()
         if exe is None:
@@ -128,6 +144,8 @@ def main() -> None:
     """A child: each job of the listing (argv[1]) that no other child has taken, in order,
     `function(dest=<a scratch folder>, log=<nothing>, **arguments)`, with the conversion cache filled
     only (conversion_cache.filling_only: an entry there already is skipped, not copied out)."""
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
     listing = Path(sys.argv[1])
     for number, job in enumerate(json.loads(listing.read_text())):
         with _taken(listing.with_name(f"ahead-job-{number}.lock")) as mine:
