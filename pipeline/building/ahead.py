@@ -10,10 +10,10 @@ MAX_WORKERS) that take the jobs in that order, each job once (a lock file per jo
 into the user's cache, niced (NICENESS) so the stages keep the cores they use. They start only
 when the host has a core to spare (load average under the core count less half a core): on a
 host whose cores are busy already (a test run's concurrent builds) children add their start-up
-and take nothing idle, and a stage waiting for a niced child there would wait for a tenth of a core. The stage then calls the very same conversion function: it reuses the entry
-a child stored, or waits for the one a child is making (conversion_cache's one-conversion-per-key
-lock); a job no child has reached yet is converted by the stage itself, and the children skip it
-later. Every check of a stage runs as before: the children only save time. A job that fails in a
+and take nothing idle, and a stage waiting for a niced child there would wait for a tenth of a
+core. The stage then calls the very same conversion function: it reuses the entry a child stored,
+or waits for the one a child is making (conversion_cache's one-conversion-per-key lock); a job no
+child has reached yet is converted by the stage itself, and the children skip it later. Every check of a stage runs as before: the children only save time. A job that fails in a
 child is one log line; the stage meets the same failure, if it is one, and reports it as always.
 
 The children are tied to the build (subproc.popen: they die with it) and ended when its stages
@@ -38,6 +38,7 @@ from arrcoc_edge import subproc
 
 MAX_WORKERS = 4  # each holds torch and a model being converted (1-2 GB)
 NICENESS = 10
+_ENTRY = "from arrcoc_edge.building.ahead import main; main()"
 
 
 def busy_host() -> str | None:
@@ -48,7 +49,6 @@ def busy_host() -> str | None:
     except OSError:
         return None
     return f"the host's cores are busy (load {load:.1f} on {cores} cores)" if load > cores - 0.5 else None
-_ENTRY = "from arrcoc_edge.building.ahead import main; main()"
 
 
 class Ahead:
@@ -100,12 +100,12 @@ class Ahead:
                 "finished": finished}
 
     def close(self) -> None:
-        """End the children (an unfinished conversion is dropped: what they stored stays)."""
-        procs, self.procs = self.procs, []
-        for proc in procs:
+        """End the children (an unfinished conversion is dropped: what they stored stays); a
+        second call finds them ended."""
+        for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for proc in self.procs:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -113,10 +113,9 @@ class Ahead:
                 proc.wait()
         for reader in self._readers:
             reader.join(timeout=5)
-        for proc in procs:
+        for proc in self.procs:
             with contextlib.suppress(OSError):
                 proc.stdout.close()
-        self.procs = procs  # for record(): how many ran
 
     def __enter__(self) -> Ahead:
         return self

@@ -278,7 +278,6 @@ def cached_selection(ctx: BuildContext, fp32: Path, split: GoldenSplit):
     return chosen, record["row"], record["tried"], record["flavour"]
 
 
-
 def other_form_fp32(ctx: BuildContext, form: str) -> Path:
     """The FP32 ONNX model of the checkpoint with the other participatory form (same weights)."""
     from arrcoc_edge.stages.export import export_form
