@@ -340,6 +340,13 @@ def test_the_key_names_every_library_a_converter_calls_into():
     assert cc.tool_versions("onnx_ir") == cc.tool_versions("onnx-ir")  # one distribution, however spelt
 
 
+def test_installers_are_not_in_the_key():
+    """torch requires setuptools, and a venv made by `python -m venv` holds an older one than the
+    checkout's .venv: with it in the key, the package installed there converted everything again."""
+    tools = cc.tool_versions("torch")
+    assert "torch" in tools and "sympy" in tools and not cc.INSTALLERS.intersection(tools)
+
+
 def test_an_export_onto_a_full_disk_is_one_line_not_an_abort(tmp_path):
     """torch.export.save straight onto a disk that fills up aborts the process (SIGABRT from its zip
     writer's destructor: a 300 KB tmpfs did); save_program writes the bytes itself, so the same

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -178,6 +179,9 @@ def test_an_installed_package_builds_the_app_bundles_and_writes_only_its_output(
     proc = subprocess.run([str(venv / "bin" / "arrcoc-edge"), "build", "--target", "android,ios", "--out", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    # one user cache for the checkout and the installed package: the same code and tools, one key
+    converted = re.findall(r"^(?:\[background\] )?(\S+): converted in", proc.stdout + proc.stderr, re.M)
+    assert not converted, f"converted again from the installed package: {converted}"
     after = sorted(str(p.relative_to(site)) for p in site.rglob("*") if "__pycache__" not in p.parts)
     assert after == before, f"written into site-packages: {sorted(set(after) - set(before))[:5]}"
     for app, checkout in (("android", android_build), ("ios", ios_build)):

@@ -96,13 +96,20 @@ def tool_versions(*dists: str) -> dict[str, str]:
     return dict(_closure_versions(tuple(_normal(d) for d in dists)))
 
 
+# Installers, left out of the closure: torch requires setuptools (for building C++ extensions,
+# which no conversion does), and a venv made by `python -m venv` carries its own old copy, so with
+# them in the key a package installed beside a checkout (or a setuptools upgrade) converted
+# everything again (the installed package's app build: 147 s of conversions redone, measured).
+INSTALLERS = frozenset({"pip", "setuptools", "wheel"})
+
+
 @functools.cache
 def _closure_versions(dists: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     found: dict[str, str] = {}
     todo = list(dists)
     while todo:
         dist = todo.pop()
-        if dist in found:
+        if dist in found or dist in INSTALLERS:
             continue
         try:
             found[dist] = version(dist)
