@@ -171,7 +171,7 @@ def test_the_children_end_with_the_build(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv(cc.OFF_VARIABLE, raising=False)
-    monkeypatch.setattr(ahead_mod, "busy_host", lambda: None)  # the test run's other worker may load the host
+    monkeypatch.setattr(ahead_mod, "busy_host", lambda *since: None)  # the test run's other worker may load the host
     lines = []
     with ahead_mod.Ahead([AheadJob("slow", f"{__name__}:sleep_long")] * 2, tmp_path, lines.append) as running:
         procs = list(running.procs)
@@ -197,3 +197,41 @@ def test_no_children_on_a_host_whose_cores_are_busy(tmp_path, monkeypatch):
     with ahead_mod.Ahead([AheadJob("slow", f"{__name__}:sleep_long")], tmp_path, lines.append) as running:
         assert running.procs == [] and running.started is None
     assert lines == [f"conversions not made ahead: {ahead_mod.busy_host()}; each stage converts its own"]
+
+
+def test_a_reading_tells_other_processes_use_from_the_build_s_own():
+    """Two builds started together both saw an idle host by the load average (it lags a minute);
+    the cores others kept busy since the build began do not lag, and the build's own work is not
+    counted as another's."""
+    HostUse = ahead_mod.HostUse
+    assert HostUse(10.0, 25.0, 10.0).others_since(HostUse(0.0, 0.0, 0.0)) == 1.5
+    assert HostUse(0.5, 25.0, 0.0).others_since(HostUse(0.0, 0.0, 0.0)) is None  # too short to say
+    before = HostUse.now()
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 2.5: pass"
+    burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:  # this process works too: its own, not another's
+            pass
+        after = HostUse.now()  # before the burners are reaped: theirs is others' time
+    finally:
+        for proc in burners:
+            proc.wait()
+    assert after.own - before.own >= 0.5  # 1.5 s of spinning, sharing the cores with the two
+    assert after.others_since(before) > 0.5  # two spinning processes on however busy a host
+
+
+def test_no_children_when_others_kept_the_cores_busy_since_the_build_began(tmp_path, monkeypatch):
+    from arrcoc_edge.stages.target import AheadJob
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(cc.OFF_VARIABLE, raising=False)
+    monkeypatch.setattr(ahead_mod.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # lagging: says idle
+    start = ahead_mod.HostUse(0.0, 0.0, 0.0)
+    cores = ahead_mod.os.cpu_count()
+    monkeypatch.setattr(ahead_mod.HostUse, "now", classmethod(lambda cls: cls(10.0, 10.0 * cores, 5.0)))
+    lines = []
+    with ahead_mod.Ahead([AheadJob("slow", f"{__name__}:sleep_long")], tmp_path, lines.append, start) as running:
+        assert running.procs == []
+    assert lines == [f"conversions not made ahead: other processes kept {cores - 0.5:.1f} of the host's {cores} cores "
+                     "busy; each stage converts its own"]

@@ -8,10 +8,12 @@ can be made earlier, beside them: each target names such conversions (Target.ahe
 and the core hands the build's list, the longest first, to child processes (one per core, at most
 MAX_WORKERS) that take the jobs in that order, each job once (a lock file per job), and make them
 into the user's cache, niced (NICENESS) so the stages keep the cores they use. They start only
-when the host has a core to spare (load average under the core count less half a core): on a
-host whose cores are busy already (a test run's concurrent builds) children add their start-up
-and take nothing idle, and a stage waiting for a niced child there would wait for a tenth of a
-core. The stage then calls the very same conversion function: it reuses the entry a child stored,
+when the host has a core to spare: other processes kept at most the core count less one and a
+half cores busy since the build began (HostUse: the host's busy time from /proc/stat less this
+process's own; the 1-minute load average where there is no reading). On a host whose cores are
+busy already (a test run's concurrent builds) children add their start-up and take nothing idle,
+and a stage waiting for a niced child there would wait for a tenth of a core; the load average
+alone lags by a minute, so two builds started together both saw an idle host. The stage then calls the very same conversion function: it reuses the entry a child stored,
 or waits for the one a child is making (conversion_cache's one-conversion-per-key lock); a job no
 child has reached yet is converted by the stage itself, and the children skip it later. Every check of a stage runs as before: the children only save time. A job that fails in a
 child is one log line; the stage meets the same failure, if it is one, and reports it as always.
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -41,9 +44,49 @@ NICENESS = 10
 _ENTRY = "from arrcoc_edge.building.ahead import main; main()"
 
 
-def busy_host() -> str | None:
-    """Why the host has no core to spare (its 1-minute load average), or None."""
+MIN_WINDOW_SECONDS = 1.0  # a shorter HostUse window says too little: the load average decides
+
+
+@dataclass(frozen=True)
+class HostUse:
+    """One reading of the host's busy CPU seconds (all cores, /proc/stat) and this process's own
+    (its threads and the children it reaped): two readings say what other processes used between."""
+
+    wall: float
+    host_busy: float
+    own: float
+
+    @classmethod
+    def now(cls) -> HostUse | None:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        except (OSError, ValueError):
+            return None  # not Linux: busy_host falls back to the load average
+        if len(fields) < 5:
+            return None
+        busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait (guest time is in user)
+        t = os.times()
+        return cls(time.monotonic(), busy / os.sysconf("SC_CLK_TCK"),
+                   t.user + t.system + t.children_user + t.children_system)
+
+    def others_since(self, before: HostUse) -> float | None:
+        """The cores other processes kept busy on average from `before` to this reading; None for
+        a window under MIN_WINDOW_SECONDS."""
+        wall = self.wall - before.wall
+        if wall < MIN_WINDOW_SECONDS:
+            return None
+        return max(0.0, (self.host_busy - before.host_busy) - (self.own - before.own)) / wall
+
+
+def busy_host(since: HostUse | None = None) -> str | None:
+    """Why the host has no core to spare for children beside this build's own, or None: other
+    processes kept more than cores - 1.5 busy since `since` (the 1-minute load average, which
+    counts this build too, above cores - 0.5, where there is no such reading)."""
     cores = os.cpu_count() or 1
+    now = HostUse.now() if since is not None else None
+    others = now.others_since(since) if now is not None else None
+    if others is not None:
+        return f"other processes kept {others:.1f} of the host's {cores} cores busy" if others > cores - 1.5 else None
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -54,14 +97,14 @@ def busy_host() -> str | None:
 class Ahead:
     """The background processes making `jobs`, or nothing (no jobs, no usable cache)."""
 
-    def __init__(self, jobs: list, folder: Path, log: Callable[[str], None]):
+    def __init__(self, jobs: list, folder: Path, log: Callable[[str], None], since: HostUse | None = None):
         self.procs: list[subprocess.Popen] = []
         self._readers: list[threading.Thread] = []
         self.kinds = [j.kind for j in jobs]
         self.started, self.ended = None, []  # monotonic seconds: the start, and each child's end of output
         if not jobs or not _cache_usable():
             return
-        busy = busy_host()
+        busy = busy_host(since)
         if busy:
             log(f"conversions not made ahead: {busy}; each stage converts its own")
             return

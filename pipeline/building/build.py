@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrcoc_edge.building.ahead import Ahead
+from arrcoc_edge.building.ahead import Ahead, HostUse
 from arrcoc_edge.building.timing import Timings
 from arrcoc_edge.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
                              NotApplicableError)
@@ -315,6 +315,7 @@ def _interrupted(out: Path, published_before: str | None, why: str) -> BuildInte
 
 
 def _build_locked(order, checkpoint, out, log, strict, started, options, requested, ahead) -> BuildResult:
+    host_before = HostUse.now() if ahead else None  # what others use of the cores from here: start_ahead
     if strict:  # a missing extra ends the build before the minutes its other stages take, not after
         for target in order:
             target.require()
@@ -346,7 +347,7 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
     background = None
     try:
         if ahead:
-            background = start_ahead(order, ckpt, program, golden, run_dir, log, options)
+            background = start_ahead(order, ckpt, program, golden, run_dir, log, options, host_before)
         with timings.phase("calibration"):
             confidence = fit_confidence(ckpt, options.get("base_model"), run_dir, log)
         # the stages that carry the calibration into what they publish (the apps' contract.json)
@@ -392,14 +393,16 @@ BACKGROUND_PHASE = "background conversions"
 AHEAD_MIN_SECONDS = 30
 
 
-def start_ahead(order: list[Target], ckpt, program, golden, run_dir: Path, log, options: dict) -> Ahead:
+def start_ahead(order: list[Target], ckpt, program, golden, run_dir: Path, log, options: dict,
+                since: HostUse | None = None) -> Ahead:
     """The planned targets' AheadJobs started in background processes, the longest first (stage
     order among equals). Not the first stage's: it needs them a few seconds after a child could
     start (the stage would wait for the child). A target that cannot say (its extra missing, a bad
-    option) names none: its stage reports that itself."""
+    option) names none: its stage reports that itself. since: the HostUse reading taken as the
+    build began, which says whether other processes left a core to spare (ahead.busy_host)."""
     folder = run_dir / ".ahead"  # not a stage's folder: nothing in it is published
     folder.mkdir()
-    return Ahead(jobs_ahead(order, BuildContext(ckpt, program, golden, folder, {}, log, options)), folder, log)
+    return Ahead(jobs_ahead(order, BuildContext(ckpt, program, golden, folder, {}, log, options)), folder, log, since)
 
 
 def jobs_ahead(order: list[Target], ctx: BuildContext) -> list:
