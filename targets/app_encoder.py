@@ -380,8 +380,8 @@ def choose_encoder(ctx: BuildContext, qwen_form, minilm_form):
     """Which encoder an app ships, the same rule for both apps: arr-coc-0-1's token mean when the
     text-encoder stage built it (`qwen_form(ctx, published)`), MiniLM for our D=384 checkpoints
     (`minilm_form(ctx)`), else (None, why there is none)."""
-    from arrcoc_edge.targets.text_encoder.minilm import queries_from_minilm
     from arrcoc_edge.errors import MissingExtraError
+    from arrcoc_edge.targets.text_encoder.minilm import queries_from_minilm
     from arrcoc_edge.targets.text_encoder.target import QWEN_KIND, upstream_text_encoder
 
     published, why = upstream_text_encoder(ctx)

@@ -13,10 +13,12 @@ half cores busy since the build began (HostUse: the host's busy time from /proc/
 process's own; the 1-minute load average where there is no reading). On a host whose cores are
 busy already (a test run's concurrent builds) children add their start-up and take nothing idle,
 and a stage waiting for a niced child there would wait for a tenth of a core; the load average
-alone lags by a minute, so two builds started together both saw an idle host. The stage then calls the very same conversion function: it reuses the entry a child stored,
-or waits for the one a child is making (conversion_cache's one-conversion-per-key lock); a job no
-child has reached yet is converted by the stage itself, and the children skip it later. Every check of a stage runs as before: the children only save time. A job that fails in a
-child is one log line; the stage meets the same failure, if it is one, and reports it as always.
+alone lags by a minute, so two builds started together both saw an idle host. The stage then
+calls the very same conversion function: it reuses the entry a child stored, or waits for the one
+a child is making (conversion_cache's one-conversion-per-key lock); a job no child has reached yet
+is converted by the stage itself, and the children skip it later. Every check of a stage runs as
+before: the children only save time. A job that fails in a child is one log line; the stage meets
+the same failure, if it is one, and reports it as always.
 
 The children are tied to the build (subproc.popen: they die with it) and ended when its stages
 have run; none when the conversion cache is off or unusable (they would convert for nothing), or
@@ -35,16 +37,19 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from arrcoc_edge import subproc
+from arrcoc_edge.errors import ArrcocError
+
+if TYPE_CHECKING:  # the children import this module: they need none of the build's types
+    from arrcoc_edge.stages.target import AheadJob, BuildContext, Target
 
 MAX_WORKERS = 4  # each holds torch and a model being converted (1-2 GB)
 NICENESS = 10
 _ENTRY = "from arrcoc_edge.building.ahead import main; main()"
-
-
 MIN_WINDOW_SECONDS = 1.0  # a shorter HostUse window says too little: the load average decides
+BACKGROUND_PHASE = "background conversions"  # the manifest's build_timings phase of the children
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,39 @@ def busy_host(since: HostUse | None = None) -> str | None:
     except OSError:
         return None
     return f"the host's cores are busy (load {load:.1f} on {cores} cores)" if load > cores - 0.5 else None
+
+
+# Less than this in all (AheadJob.seconds) is not worth the children: each spends seconds of CPU
+# importing torch before it converts (a web build's one 7 s job, measured: 161 -> 167 s with it).
+AHEAD_MIN_SECONDS = 30
+
+
+def start_ahead(order: list[Target], ckpt, program, golden, run_dir: Path, log, options: dict,
+                since: HostUse | None = None) -> Ahead:
+    """The planned targets' AheadJobs started in background processes, the longest first (stage
+    order among equals). Not the first stage's: it needs them a few seconds after a child could
+    start (the stage would wait for the child). A target that cannot say (its extra missing, a bad
+    option) names none: its stage reports that itself. since: the HostUse reading taken as the
+    build began, which says whether other processes left a core to spare (busy_host)."""
+    from arrcoc_edge.stages.target import BuildContext
+
+    folder = run_dir / ".ahead"  # not a stage's folder: nothing in it is published
+    folder.mkdir()
+    return Ahead(jobs_ahead(order, BuildContext(ckpt, program, golden, folder, {}, log, options)), folder, log, since)
+
+
+def jobs_ahead(order: list[Target], ctx: BuildContext) -> list[AheadJob]:
+    """start_ahead's jobs, in the order the children take them."""
+    jobs = []
+    for target in order[1:]:
+        try:
+            target.require()
+            jobs += target.ahead(ctx)
+        except ArrcocError:
+            continue
+    if sum(job.seconds for job in jobs) < AHEAD_MIN_SECONDS:
+        return []
+    return sorted(jobs, key=lambda job: -job.seconds)
 
 
 class Ahead:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arrcoc_edge.building.ahead import Ahead, HostUse
+from arrcoc_edge.building.ahead import BACKGROUND_PHASE, HostUse, start_ahead
 from arrcoc_edge.building.timing import Timings
 from arrcoc_edge.errors import (ArrcocError, BuildInterrupted, GateError, HostCapabilityError, MissingExtraError,
                              NotApplicableError)
@@ -383,40 +383,6 @@ def _build_locked(order, checkpoint, out, log, strict, started, options, request
             background.close()
         locking.remove_tree(run_dir)
     return BuildResult(list(stages.values()), out, program.cache_hit, time.monotonic() - started, timings.record())
-
-
-BACKGROUND_PHASE = "background conversions"
-
-
-# Less than this in all (AheadJob.seconds) is not worth the children: each spends seconds of CPU
-# importing torch before it converts (a web build's one 7 s job, measured: 161 -> 167 s with it).
-AHEAD_MIN_SECONDS = 30
-
-
-def start_ahead(order: list[Target], ckpt, program, golden, run_dir: Path, log, options: dict,
-                since: HostUse | None = None) -> Ahead:
-    """The planned targets' AheadJobs started in background processes, the longest first (stage
-    order among equals). Not the first stage's: it needs them a few seconds after a child could
-    start (the stage would wait for the child). A target that cannot say (its extra missing, a bad
-    option) names none: its stage reports that itself. since: the HostUse reading taken as the
-    build began, which says whether other processes left a core to spare (ahead.busy_host)."""
-    folder = run_dir / ".ahead"  # not a stage's folder: nothing in it is published
-    folder.mkdir()
-    return Ahead(jobs_ahead(order, BuildContext(ckpt, program, golden, folder, {}, log, options)), folder, log, since)
-
-
-def jobs_ahead(order: list[Target], ctx: BuildContext) -> list:
-    """start_ahead's jobs, in the order the children take them."""
-    jobs = []
-    for target in order[1:]:
-        try:
-            target.require()
-            jobs += target.ahead(ctx)
-        except ArrcocError:
-            continue
-    if sum(job.seconds for job in jobs) < AHEAD_MIN_SECONDS:
-        return []
-    return sorted(jobs, key=lambda job: -job.seconds)
 
 
 def fit_confidence(ckpt, base_model, work: Path, log) -> "calibration.Fitted":
